@@ -1,0 +1,86 @@
+"""Job: one tuning request (workload, target, template, strategy, budget) and its state."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tunehub.core.errors import InvalidSpec
+from tunehub.core.workload import Workload
+
+STRATEGIES = ("random", "exhaustive")
+MAX_TRIALS = 100_000
+MAX_SECS = 7 * 24 * 3600.0
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """When a Session stops: after ``max_trials`` measurements or ``max_secs`` of wall time."""
+
+    max_trials: int = 32
+    max_secs: float = 300.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_trials, bool) or not isinstance(self.max_trials, int):
+            raise InvalidSpec("budget.max_trials", "must be an integer")
+        if not 1 <= self.max_trials <= MAX_TRIALS:
+            raise InvalidSpec("budget.max_trials", f"must be in 1..{MAX_TRIALS}")
+        if not 0 < self.max_secs <= MAX_SECS:
+            raise InvalidSpec("budget.max_secs", f"must be in (0, {MAX_SECS:.0f}]")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_trials": self.max_trials, "max_secs": self.max_secs}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What was asked: tune ``template`` for ``workload`` on the target with ``target_key``."""
+
+    workload: Workload
+    target_key: str
+    template: str = "blis.gemm"
+    strategy: str = "random"
+    budget: Budget = Budget()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise InvalidSpec(
+                "strategy", f"unknown strategy {self.strategy!r}; known: {', '.join(STRATEGIES)}"
+            )
+
+
+@dataclass(frozen=True)
+class Job:
+    """A stored job: its spec, state and progress (a snapshot; stores return new objects)."""
+
+    id: int
+    spec: JobSpec
+    state: JobState
+    trials_done: int
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str = ""
+    best_record_uid: str | None = None
+    best_median_secs: float | None = None
+
+    @property
+    def best_gflops(self) -> float | None:
+        if self.best_median_secs is None:
+            return None
+        return self.spec.workload.gflops(self.best_median_secs)

@@ -1,0 +1,117 @@
+"""ScheduleStore: the storage contract (targets, workloads, jobs, records, schedules).
+
+Contract, for every implementation:
+- Thread-safe: one store object is shared by the API and the job runner threads.
+- Returned objects are frozen snapshots; later writes never change them.
+- Records are immutable once stored; committing a record whose ``uid`` is stored is a no-op.
+- ``commit_records`` is one transaction: the records, the job's progress and best so far, and
+  every Schedule the new records beat are written together or not at all.
+- Timestamps are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from tunehub.core import (
+    Job,
+    JobSpec,
+    JobState,
+    MeasureRecord,
+    Schedule,
+    Target,
+    Workload,
+)
+
+
+class JobNotFound(LookupError):
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job with id {job_id}")
+        self.job_id = job_id
+
+
+class ScheduleStore(ABC):
+    # --- targets and workloads -------------------------------------------------------------
+    @abstractmethod
+    def put_target(self, target: Target) -> None:
+        """Remember ``target`` under its target_key (idempotent)."""
+
+    @abstractmethod
+    def get_target(self, target_key: str) -> Target | None: ...
+
+    @abstractmethod
+    def put_workload(self, workload: Workload) -> None:
+        """Remember ``workload`` under its key (idempotent)."""
+
+    @abstractmethod
+    def get_workload(self, workload_key: str) -> Workload | None: ...
+
+    # --- jobs ------------------------------------------------------------------------------
+    @abstractmethod
+    def create_job(self, spec: JobSpec) -> Job:
+        """Store a new QUEUED job (its workload too) and return it with its id."""
+
+    @abstractmethod
+    def get_job(self, job_id: int) -> Job:
+        """The job, or raise JobNotFound."""
+
+    @abstractmethod
+    def list_jobs(
+        self, *, limit: int = 50, offset: int = 0, states: Sequence[JobState] = ()
+    ) -> list[Job]:
+        """Jobs newest first (by id), optionally only those in ``states``."""
+
+    @abstractmethod
+    def count_jobs(self, *, states: Sequence[JobState] = ()) -> int: ...
+
+    @abstractmethod
+    def claim_job(self) -> Job | None:
+        """Atomically move the oldest QUEUED job to RUNNING (setting started_at) and return it."""
+
+    @abstractmethod
+    def set_job_state(self, job_id: int, state: JobState, *, error: str = "") -> Job:
+        """Move a job to ``state``; finished states set finished_at. Raises JobNotFound."""
+
+    @abstractmethod
+    def requeue_running_jobs(self) -> list[int]:
+        """Put every RUNNING job back to QUEUED (after a restart); return their ids."""
+
+    # --- records and schedules -------------------------------------------------------------
+    @abstractmethod
+    def commit_records(self, records: Sequence[MeasureRecord]) -> int:
+        """Store records in one transaction and update job progress and Schedules.
+
+        Returns how many were new (duplicates by uid are skipped). Every record's workload and
+        target are stored too. A Schedule (workload, target, template) moves to the fastest
+        ``ok`` record.
+        """
+
+    @abstractmethod
+    def job_records(self, job_id: int) -> list[MeasureRecord]:
+        """All records of a job, oldest first."""
+
+    @abstractmethod
+    def records_for(
+        self, *, workload_key: str, target_key: str, template: str | None = None
+    ) -> list[MeasureRecord]:
+        """All records for (workload, target[, template]), oldest first (history for seeding)."""
+
+    @abstractmethod
+    def get_schedule(
+        self, *, workload_key: str, target_key: str, template: str | None = None
+    ) -> Schedule | None:
+        """The fastest schedule for (workload, target), over templates unless one is named."""
+
+    @abstractmethod
+    def family_schedules(
+        self, *, workload_key: str, family_key: str, template: str | None = None
+    ) -> list[Schedule]:
+        """Schedules for this workload on any target of the family, fastest first."""
+
+    @abstractmethod
+    def target_schedules(self, *, target_key: str, template: str | None = None) -> list[Schedule]:
+        """Every schedule on one target (for predicting unseen shapes), any order."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Dispose of connections."""
