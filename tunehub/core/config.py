@@ -47,7 +47,7 @@ class Config(Mapping[str, KnobValue]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Config):
-            return self.data == other.values
+            return self.data == other.data
         return NotImplemented
 
     def __repr__(self) -> str:
