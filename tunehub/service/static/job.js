@@ -1,0 +1,219 @@
+// The job page (/jobs/{id}): summary, cancel, best-so-far chart and the table of records.
+
+import { drawBestChart } from "./chart.js";
+import {
+  ACTIVE_STATES,
+  ApiError,
+  el,
+  fetchJson,
+  fill,
+  fmtConfig,
+  fmtGflops,
+  fmtLocal,
+  fmtRelative,
+  fmtSecs,
+  fmtSpan,
+  isNum,
+  orDash,
+  parseTime,
+  poll,
+  progressCell,
+  REFRESH_MS,
+  showError,
+  stateBadge,
+  statusBadge,
+  truncate,
+} from "./common.js";
+
+const STATUSES = ["ok", "invalid", "build_error", "runtime_error", "wrong_answer", "timeout"];
+const ERROR_CHARS = 90;
+
+const rawId = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop() ?? "");
+const jobId = /^[0-9]+$/.test(rawId) ? Number.parseInt(rawId, 10) : null;
+let lastRecordsKey = null;
+
+function item(label, value, { cls = "", ddClass = "", title = null } = {}) {
+  return el("div", { class: cls || null }, el("dt", {}, label), el("dd", { class: ddClass || null, title }, value));
+}
+
+function when(iso) {
+  const date = parseTime(iso);
+  if (!date) return "\u2014";
+  return el("time", { datetime: iso, title: fmtRelative(iso) }, fmtLocal(iso));
+}
+
+function elapsed(job) {
+  const start = parseTime(job.started_at);
+  if (!start) return "\u2014";
+  const end = parseTime(job.finished_at) ?? (ACTIVE_STATES.has(job.state) ? new Date() : null);
+  return end ? fmtSpan((end.getTime() - start.getTime()) / 1000) : "\u2014";
+}
+
+function budgetText(budget) {
+  if (!budget) return "\u2014";
+  const trials = isNum(budget.max_trials) ? `${budget.max_trials} trials` : null;
+  const secs = isNum(budget.max_secs) ? fmtSpan(budget.max_secs) : null;
+  return [trials, secs].filter(Boolean).join(" \u00b7 ") || "\u2014";
+}
+
+function renderSummary(job) {
+  document.title = `Job ${job.id} \u00b7 ${job.state} \u00b7 tunehub`;
+  fill(
+    document.getElementById("job-title"),
+    `Job #${job.id}`,
+    stateBadge(job.state),
+    el("span", { class: "subtle" }, orDash(job.workload_label)),
+  );
+  const best = isNum(job.best_gflops)
+    ? el("span", {}, `${fmtGflops(job.best_gflops)} GFLOP/s`)
+    : "\u2014";
+  const items = [
+    item("State", stateBadge(job.state)),
+    item("Best", best, { ddClass: "big best-gflops" }),
+    item("Best median time", fmtSecs(job.best_median_secs), { ddClass: "big" }),
+    item("Progress", progressCell(job)),
+    item("Workload", orDash(job.workload_label), { title: job.workload_key ?? null }),
+    item("Target", orDash(job.target_label), { title: job.target_key ?? null }),
+    item("Template", orDash(job.template)),
+    item("Strategy", orDash(job.strategy)),
+    item("Budget", budgetText(job.budget)),
+    item("Created", when(job.created_at)),
+    item("Started", when(job.started_at)),
+    item("Finished", when(job.finished_at)),
+    item("Elapsed", elapsed(job)),
+    item("Best record", job.best_record_uid ? el("code", {}, job.best_record_uid) : "\u2014"),
+  ];
+  if (job.error) {
+    items.push(item("Error", el("pre", { class: "error-text" }, job.error), { cls: "wide job-error" }));
+  }
+  const summary = document.getElementById("job-summary");
+  summary.dataset.state = job.state;
+  fill(summary, items);
+
+  const cancel = document.getElementById("cancel-button");
+  cancel.hidden = !ACTIVE_STATES.has(job.state);
+  if (cancel.hidden) {
+    cancel.disabled = false;
+    cancel.textContent = "Cancel job";
+  }
+}
+
+async function cancelJob() {
+  const button = document.getElementById("cancel-button");
+  button.disabled = true;
+  button.textContent = "Cancelling\u2026";
+  try {
+    const job = await fetchJson(`/jobs/${jobId}/cancel`, { method: "POST" });
+    showError(document.getElementById("job-error"), "");
+    renderSummary(job);
+  } catch (err) {
+    showError(document.getElementById("job-error"), `Could not cancel job ${jobId}: ${err.message}`);
+    button.disabled = false;
+    button.textContent = "Cancel job";
+  }
+  reload();
+}
+
+function bestUidOf(job, records) {
+  if (job.best_record_uid) return job.best_record_uid;
+  let best = null;
+  for (const r of records) {
+    if (r.status === "ok" && isNum(r.gflops) && (!best || r.gflops > best.gflops)) best = r;
+  }
+  return best ? best.uid : null;
+}
+
+function recordRow(record, bestUid) {
+  const isBest = record.uid === bestUid;
+  const repeats = Array.isArray(record.repeat_secs) ? record.repeat_secs.length : 0;
+  const config = fmtConfig(record.config);
+  const error = String(record.error ?? "");
+  return el(
+    "tr",
+    {
+      class: isBest ? "best" : null,
+      "data-status": record.status,
+      "data-trial": record.trial,
+      "data-uid": record.uid,
+      "data-best": isBest ? "true" : null,
+    },
+    el("td", { class: "num" }, orDash(record.trial), isBest ? el("span", { class: "star", title: "best record" }, "\u2605") : null),
+    el("td", {}, statusBadge(record.status)),
+    el("td", { class: "num" }, fmtGflops(record.gflops)),
+    el("td", { class: "num" }, fmtSecs(record.median_secs)),
+    el("td", { class: "num" }, repeats > 0 ? String(repeats) : "\u2014"),
+    el("td", { class: "num" }, isNum(record.compile_secs) && record.compile_secs > 0 ? fmtSecs(record.compile_secs) : "\u2014"),
+    el("td", { class: "config", title: config || null }, config || "\u2014"),
+    el("td", { class: "error-cell", title: error || null }, error ? truncate(error.replace(/\s+/g, " "), ERROR_CHARS) : ""),
+  );
+}
+
+function renderRecords(job, records) {
+  const bestUid = bestUidOf(job, records);
+  const key = `${records.length}|${bestUid}|${records.length ? records[records.length - 1].uid : ""}`;
+  if (key === lastRecordsKey) return;
+  lastRecordsKey = key;
+
+  drawBestChart(document.getElementById("best-chart"), records, bestUid);
+
+  const counts = new Map();
+  for (const r of records) counts.set(r.status, (counts.get(r.status) ?? 0) + 1);
+  const order = [...STATUSES, ...[...counts.keys()].filter((s) => !STATUSES.includes(s))];
+  fill(
+    document.getElementById("status-counts"),
+    order.filter((s) => counts.has(s)).map((s) => {
+      const badge = statusBadge(s);
+      badge.append(` ${counts.get(s)}`);
+      return badge;
+    }),
+  );
+  document.getElementById("records-count").textContent = records.length ? `(${records.length})` : "";
+
+  const tbody = document.querySelector("#records-table tbody");
+  if (records.length === 0) {
+    const text = ACTIVE_STATES.has(job.state) ? "No measurements yet; this page refreshes itself." : "This job stored no measurements.";
+    fill(tbody, el("tr", {}, el("td", { colspan: 8, class: "empty" }, text)));
+  } else {
+    fill(tbody, records.map((r) => recordRow(r, bestUid)));
+  }
+}
+
+function showMissing(label, detail) {
+  document.title = `${label} \u00b7 tunehub`;
+  fill(document.getElementById("job-title"), label);
+  document.getElementById("job-body").hidden = true;
+  const notice = document.getElementById("job-error");
+  fill(notice, `${detail} `, el("a", { href: "/" }, "Back to all jobs"));
+  notice.classList.remove("error");
+  notice.hidden = false;
+}
+
+async function load() {
+  if (jobId === null) {
+    showMissing(`no job ${rawId}`, "Job ids are whole numbers.");
+    return 0;
+  }
+  let job;
+  let records;
+  try {
+    [job, records] = await Promise.all([
+      fetchJson(`/jobs/${jobId}`),
+      fetchJson(`/jobs/${jobId}/records`).then((page) => (Array.isArray(page.items) ? page.items : [])),
+    ]);
+  } catch (err) {
+    // 422: an id beyond what the API accepts, which no job can have either
+    if (err instanceof ApiError && (err.status === 404 || err.status === 422)) {
+      showMissing(`no job ${jobId}`, `The service knows no job with id ${jobId}.`);
+      return 0;
+    }
+    showError(document.getElementById("job-error"), `Could not load job ${jobId}: ${err.message}`);
+    return REFRESH_MS * 2.5;
+  }
+  showError(document.getElementById("job-error"), "");
+  renderSummary(job);
+  renderRecords(job, records);
+  return ACTIVE_STATES.has(job.state) ? REFRESH_MS : 0;
+}
+
+document.getElementById("cancel-button").addEventListener("click", cancelJob);
+const reload = poll(load);
