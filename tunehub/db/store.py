@@ -50,7 +50,10 @@ class ScheduleStore(ABC):
     # --- jobs ------------------------------------------------------------------------------
     @abstractmethod
     def create_job(self, spec: JobSpec) -> Job:
-        """Store a new QUEUED job (its workload too) and return it with its id."""
+        """Store a new QUEUED job (its workload too) and return it with its id.
+
+        The job's target must be stored first (``put_target``), else ValueError.
+        """
 
     @abstractmethod
     def get_job(self, job_id: int) -> Job:
@@ -71,7 +74,11 @@ class ScheduleStore(ABC):
 
     @abstractmethod
     def set_job_state(self, job_id: int, state: JobState, *, error: str = "") -> Job:
-        """Move a job to ``state``; finished states set finished_at. Raises JobNotFound."""
+        """Move a job to ``state``; finished states set finished_at. Raises JobNotFound.
+
+        ``error`` replaces the job's error. QUEUED clears started_at and finished_at; RUNNING
+        keeps an earlier started_at (or sets it) and clears finished_at.
+        """
 
     @abstractmethod
     def requeue_running_jobs(self) -> list[int]:
@@ -85,11 +92,19 @@ class ScheduleStore(ABC):
         Returns how many were new (duplicates by uid are skipped). Every record's workload and
         target are stored too. A Schedule (workload, target, template) moves to the fastest
         ``ok`` record.
+
+        Each new record adds one to its job's trials_done; a new ok record faster than the job's
+        best becomes its best. Only a strictly faster ok record moves a Schedule. A record whose
+        job_id names no stored job raises JobNotFound and nothing is stored.
         """
 
     @abstractmethod
     def job_records(self, job_id: int) -> list[MeasureRecord]:
-        """All records of a job, oldest first."""
+        """All records of a job, oldest first. Raises JobNotFound.
+
+        Oldest means by created_at; records with equal times come in commit order, and by uid
+        within one commit.
+        """
 
     @abstractmethod
     def records_for(

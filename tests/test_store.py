@@ -1,0 +1,529 @@
+"""The ScheduleStore contract, run against the in-memory double, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from tunehub.core import (
+    Budget,
+    Config,
+    JobSpec,
+    JobState,
+    MeasureRecord,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Target,
+    Workload,
+)
+from tunehub.db import JobNotFound, ScheduleStore, SqlScheduleStore
+
+CPU = Target(
+    kind="cpu",
+    name="Test CPU 9000",
+    arch=("avx2", "fma"),
+    cores=8,
+    l1d_bytes=32 << 10,
+    l2_bytes=1 << 20,
+    l3_bytes=32 << 20,
+    machine="x86_64",
+    toolchain={"cc": "gcc 12.2.0"},
+)
+# Same chip under another compiler: same family, another target.
+CPU_NEW_CC = Target(
+    kind="cpu",
+    name="Test CPU 9000",
+    arch=("avx2", "fma"),
+    cores=8,
+    l1d_bytes=32 << 10,
+    l2_bytes=1 << 20,
+    l3_bytes=32 << 20,
+    machine="x86_64",
+    toolchain={"cc": "gcc 13.1.0"},
+)
+OTHER_CPU = Target(kind="cpu", name="Other CPU", arch=("avx2",), cores=4)
+
+SQUARE = Workload(m=64, n=64, k=64)
+TALL = Workload(m=256, n=32, k=48, dtype="float64", epilogue="bias_relu")
+
+T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+def record(
+    secs: float | None,
+    *,
+    workload: Workload = SQUARE,
+    target: Target = CPU,
+    template: str = "blis.gemm",
+    config: dict[str, Any] | None = None,
+    job_id: int | None = None,
+    status: MeasureStatus | None = None,
+    created_at: datetime | None = None,
+    uid: str | None = None,
+) -> MeasureRecord:
+    """An ok record timed ``secs`` (repeats around it), or a failed one when secs is None."""
+    if secs is None:
+        result = MeasureResult(
+            status=status or MeasureStatus.BUILD_ERROR,
+            error="cc: error: unknown option",
+            compile_secs=0.25,
+        )
+    else:
+        result = MeasureResult(
+            status=MeasureStatus.OK,
+            repeat_secs=(secs * 1.01, secs, secs * 0.98),
+            compile_secs=0.5,
+            verify_secs=0.125,
+            run_secs=0.0625,
+            environment={"host": "node-1", "clocks": {"cpu_mhz": 3500}, "ok": True},
+        )
+    extra: dict[str, Any] = {}
+    if uid is not None:
+        extra["uid"] = uid
+    return MeasureRecord(
+        request=MeasureRequest(
+            workload=workload,
+            target=target,
+            template=template,
+            template_version=3,
+            config=Config(config if config is not None else {"MR": 6, "NR": 16}),
+        ),
+        result=result,
+        job_id=job_id,
+        created_at=created_at or T0,
+        **extra,
+    )
+
+
+def new_job(store: ScheduleStore, workload: Workload = SQUARE, **spec: Any) -> int:
+    store.put_target(CPU)
+    return store.create_job(JobSpec(workload=workload, target_key=CPU.target_key, **spec)).id
+
+
+# --- targets and workloads -------------------------------------------------------------------
+def test_targets_and_workloads_round_trip_and_puts_are_idempotent(store: ScheduleStore) -> None:
+    assert store.get_target(CPU.target_key) is None
+    assert store.get_workload(TALL.key) is None
+    for _ in range(2):
+        store.put_target(CPU)
+        store.put_workload(TALL)
+    got = store.get_target(CPU.target_key)
+    assert got == CPU and got is not None and got.family_key == CPU.family_key
+    assert store.get_workload(TALL.key) == TALL
+
+
+# --- jobs ------------------------------------------------------------------------------------
+def test_create_job_needs_a_stored_target(store: ScheduleStore) -> None:
+    with pytest.raises(ValueError, match="put_target"):
+        store.create_job(JobSpec(workload=SQUARE, target_key=CPU.target_key))
+    assert store.count_jobs() == 0
+
+
+def test_create_and_get_job(store: ScheduleStore) -> None:
+    store.put_target(CPU)
+    spec = JobSpec(
+        workload=TALL,
+        target_key=CPU.target_key,
+        template="blis.gemm",
+        strategy="exhaustive",
+        budget=Budget(max_trials=17, max_secs=42.5),
+        seed=2**40 + 7,
+    )
+    before = datetime.now(UTC)
+    job = store.create_job(spec)
+    assert job.spec == spec
+    assert job.state is JobState.QUEUED and job.trials_done == 0
+    assert job.created_at.tzinfo is not None and job.created_at.utcoffset() == timedelta(0)
+    assert before - timedelta(seconds=1) <= job.created_at <= datetime.now(UTC)
+    assert (job.started_at, job.finished_at, job.error) == (None, None, "")
+    assert (job.best_record_uid, job.best_median_secs) == (None, None)
+    assert store.get_job(job.id) == job
+    assert store.get_workload(TALL.key) == TALL  # the job stored its workload
+
+
+def test_unknown_job_raises_job_not_found(store: ScheduleStore) -> None:
+    with pytest.raises(JobNotFound, match="no job with id 404"):
+        store.get_job(404)
+    with pytest.raises(JobNotFound):
+        store.set_job_state(404, JobState.CANCELLED)
+    with pytest.raises(JobNotFound):
+        store.job_records(404)
+
+
+def test_list_and_count_jobs_newest_first_paged_and_filtered(store: ScheduleStore) -> None:
+    ids = [new_job(store, seed=i) for i in range(5)]
+    assert [j.id for j in store.list_jobs()] == ids[::-1]
+    assert [j.id for j in store.list_jobs(limit=2)] == ids[4:2:-1]
+    assert [j.id for j in store.list_jobs(limit=2, offset=2)] == ids[2:0:-1]
+    assert store.list_jobs(limit=2, offset=5) == []
+    store.set_job_state(ids[1], JobState.CANCELLED)
+    store.set_job_state(ids[3], JobState.FAILED, error="boom")
+    finished = store.list_jobs(states=[JobState.CANCELLED, JobState.FAILED])
+    assert [j.id for j in finished] == [ids[3], ids[1]]
+    assert [j.id for j in store.list_jobs(states=[JobState.QUEUED], offset=1)] == [ids[2], ids[0]]
+    assert store.count_jobs() == 5
+    assert store.count_jobs(states=[JobState.QUEUED]) == 3
+    assert store.count_jobs(states=[JobState.RUNNING]) == 0
+    with pytest.raises(ValueError, match="limit"):
+        store.list_jobs(limit=-1)
+
+
+def test_claim_job_takes_the_oldest_queued(store: ScheduleStore) -> None:
+    assert store.claim_job() is None
+    first, second, third = (new_job(store, seed=i) for i in range(3))
+    store.set_job_state(second, JobState.CANCELLED)
+    claimed = store.claim_job()
+    assert claimed is not None and claimed.id == first
+    assert claimed.state is JobState.RUNNING and claimed.started_at is not None
+    assert store.get_job(first) == claimed
+    claimed = store.claim_job()
+    assert claimed is not None and claimed.id == third
+    assert store.claim_job() is None
+
+
+def _claim_all(store: ScheduleStore, out: list[int], start: threading.Barrier) -> None:
+    start.wait()
+    while (job := store.claim_job()) is not None:
+        out.append(job.id)
+
+
+def test_concurrent_claims_take_each_job_once(store: ScheduleStore) -> None:
+    ids = [new_job(store, seed=i) for i in range(24)]
+    claimed: list[list[int]] = [[] for _ in range(4)]
+    start = threading.Barrier(len(claimed))
+    threads = [threading.Thread(target=_claim_all, args=(store, c, start)) for c in claimed]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    everything = [job_id for c in claimed for job_id in c]
+    assert sorted(everything) == ids  # each exactly once
+    assert store.count_jobs(states=[JobState.RUNNING]) == len(ids)
+
+
+def _claim_in_process(url: str, start: Any, out: Any) -> None:
+    store = SqlScheduleStore(url)
+    start.wait()
+    ids = []
+    while (job := store.claim_job()) is not None:
+        ids.append(job.id)
+    store.close()
+    out.put(ids)
+
+
+def test_claims_from_several_processes_take_each_job_once(sql_url: str) -> None:
+    store = SqlScheduleStore(sql_url)
+    ids = [new_job(store, seed=i) for i in range(30)]
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Barrier(3), ctx.Queue()
+    procs = [ctx.Process(target=_claim_in_process, args=(sql_url, start, out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert sorted(job_id for r in results for job_id in r) == ids
+    store.close()
+
+
+def test_set_job_state_sets_timestamps_and_error(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    running = store.set_job_state(job_id, JobState.RUNNING)
+    assert running.started_at is not None and running.finished_at is None
+    again = store.set_job_state(job_id, JobState.RUNNING)
+    assert again.started_at == running.started_at  # a start is not moved
+    failed = store.set_job_state(job_id, JobState.FAILED, error="worker lost")
+    assert failed.state is JobState.FAILED and failed.error == "worker lost"
+    assert failed.started_at == running.started_at
+    assert failed.finished_at is not None and failed.finished_at >= running.started_at
+    assert failed.finished_at.utcoffset() == timedelta(0)
+    assert store.get_job(job_id) == failed
+    requeued = store.set_job_state(job_id, JobState.QUEUED)
+    assert (requeued.started_at, requeued.finished_at, requeued.error) == (None, None, "")
+
+
+def test_requeue_running_jobs(store: ScheduleStore) -> None:
+    ids = [new_job(store, seed=i) for i in range(4)]
+    for _ in range(3):
+        store.claim_job()
+    store.set_job_state(ids[1], JobState.SUCCEEDED)
+    assert store.requeue_running_jobs() == [ids[0], ids[2]]
+    assert store.requeue_running_jobs() == []
+    assert store.count_jobs(states=[JobState.QUEUED]) == 3
+    assert store.get_job(ids[0]).started_at is None
+    claimed = store.claim_job()
+    assert claimed is not None and claimed.id == ids[0]
+
+
+# --- records ---------------------------------------------------------------------------------
+def test_commit_records_skips_stored_uids_and_counts_trials(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    first = [record(2e-3, job_id=job_id), record(None, job_id=job_id), record(3e-3)]
+    assert store.commit_records(first) == 3
+    assert store.commit_records(first) == 0
+    assert store.commit_records([]) == 0
+    fresh = record(4e-3, job_id=job_id)
+    assert store.commit_records([first[0], fresh, fresh]) == 1
+    assert store.get_job(job_id).trials_done == 3  # two from the first batch, one fresh
+    # Equal created_at: commit order, and by uid within one commit.
+    first_two = sorted([first[0].uid, first[1].uid])
+    assert [r.uid for r in store.job_records(job_id)] == [*first_two, fresh.uid]
+    assert len(store.records_for(workload_key=SQUARE.key, target_key=CPU.target_key)) == 4
+
+
+def test_commit_records_stores_their_targets_and_workloads(store: ScheduleStore) -> None:
+    assert store.commit_records([record(1e-3, workload=TALL, target=OTHER_CPU)]) == 1
+    assert store.get_target(OTHER_CPU.target_key) == OTHER_CPU
+    assert store.get_workload(TALL.key) == TALL
+
+
+def test_records_round_trip_every_field(store: ScheduleStore) -> None:
+    job_id = new_job(store, workload=TALL)
+    ok = MeasureRecord(
+        request=MeasureRequest(
+            workload=TALL,
+            target=CPU,
+            template="blis.gemm",
+            template_version=7,
+            config=Config({"MR": 6, "NR": 16, "KC": 256, "pack_b": True, "loop": "jik"}),
+        ),
+        result=MeasureResult(
+            status=MeasureStatus.OK,
+            repeat_secs=(1.2345678901234567e-3, 1.1e-3, 0.1 + 0.2),
+            compile_secs=0.75,
+            verify_secs=0.03125,
+            run_secs=1.5,
+            environment={"host": "n1", "driver": None, "clocks": {"sm": [1, 2.5]}, "n": 3},
+        ),
+        job_id=job_id,
+        # Another zone on the way in; UTC on the way out, the same instant.
+        created_at=datetime(2024, 5, 1, 14, 30, 0, 654321, tzinfo=timezone(timedelta(hours=2))),
+    )
+    failed = record(
+        None, workload=TALL, job_id=job_id, status=MeasureStatus.WRONG_ANSWER, created_at=T0
+    )
+    assert store.commit_records([ok, failed]) == 2
+    got = store.job_records(job_id)
+    assert got == [failed, ok]  # ok is 12:30 UTC, after failed at 12:00
+    assert got[1].result.repeat_secs == ok.result.repeat_secs
+    assert isinstance(got[1].result.repeat_secs, tuple)
+    assert got[1].config["pack_b"] is True and got[1].config["MR"] == 6
+    assert got[1].created_at.tzinfo is not None and got[1].created_at.utcoffset() == timedelta(0)
+    assert got[0].median_secs is None and got[0].result.error == failed.result.error
+    assert got[0].status is MeasureStatus.WRONG_ANSWER
+    assert got[1].request.target == CPU and got[1].request.target.toolchain == CPU.toolchain
+
+
+def test_records_are_ordered_oldest_first_then_by_arrival(store: ScheduleStore) -> None:
+    late = record(1e-3, created_at=T0 + timedelta(minutes=5))
+    early = record(2e-3, created_at=T0 - timedelta(minutes=5))
+    same_a = record(3e-3, created_at=T0)
+    same_b = record(4e-3, created_at=T0)
+    store.commit_records([late, same_a])
+    store.commit_records([early])
+    store.commit_records([same_b])
+    got = store.records_for(workload_key=SQUARE.key, target_key=CPU.target_key)
+    assert [r.uid for r in got] == [early.uid, same_a.uid, same_b.uid, late.uid]
+
+
+def test_records_for_filters_by_target_and_template(store: ScheduleStore) -> None:
+    mine = record(1e-3, template="blis.gemm")
+    other_template = record(1e-3, template="triton.gemm")
+    other_target = record(1e-3, target=OTHER_CPU)
+    other_workload = record(1e-3, workload=TALL)
+    store.commit_records([mine, other_template, other_target, other_workload])
+
+    def uids(**kw: Any) -> set[str]:
+        return {r.uid for r in store.records_for(**kw)}
+
+    assert uids(workload_key=SQUARE.key, target_key=CPU.target_key) == {
+        mine.uid,
+        other_template.uid,
+    }
+    assert uids(workload_key=SQUARE.key, target_key=CPU.target_key, template="blis.gemm") == {
+        mine.uid
+    }
+    assert uids(workload_key=SQUARE.key, target_key=OTHER_CPU.target_key) == {other_target.uid}
+    assert uids(workload_key="0" * 64, target_key=CPU.target_key) == set()
+
+
+def test_commit_records_for_an_unknown_job_stores_nothing(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    with pytest.raises(JobNotFound):
+        store.commit_records([record(1e-3, job_id=job_id), record(1e-3, job_id=job_id + 99)])
+    assert store.job_records(job_id) == []
+    assert store.get_job(job_id).trials_done == 0
+    assert store.get_schedule(workload_key=SQUARE.key, target_key=CPU.target_key) is None
+
+
+def test_commit_records_refuses_naive_times_and_bad_uids(store: ScheduleStore) -> None:
+    with pytest.raises(ValueError, match="created_at"):
+        store.commit_records([record(1e-3, created_at=datetime(2024, 1, 1))])
+    with pytest.raises(ValueError, match="uid"):
+        store.commit_records([record(1e-3, uid="x" * 33)])
+    assert store.records_for(workload_key=SQUARE.key, target_key=CPU.target_key) == []
+
+
+def test_returned_records_are_snapshots(store: ScheduleStore) -> None:
+    mine = record(1e-3)
+    store.commit_records([mine])
+    mine.result.environment["host"] = "changed after commit"
+    got = store.records_for(workload_key=SQUARE.key, target_key=CPU.target_key)[0]
+    assert got.result.environment["host"] == "node-1"
+    got.result.environment["host"] = "changed after read"
+    again = store.records_for(workload_key=SQUARE.key, target_key=CPU.target_key)[0]
+    assert again.result.environment["host"] == "node-1"
+
+
+# --- job best and schedules ------------------------------------------------------------------
+def test_job_best_follows_the_fastest_ok_record(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    slow, fast, slower = record(3e-3, job_id=job_id), record(1e-3, job_id=job_id), record(5e-3)
+    store.commit_records([slow])
+    assert store.get_job(job_id).best_record_uid == slow.uid
+    store.commit_records([record(None, job_id=job_id), fast])
+    job = store.get_job(job_id)
+    assert (job.best_record_uid, job.best_median_secs) == (fast.uid, fast.median_secs)
+    assert job.best_gflops == pytest.approx(SQUARE.gflops(1e-3))
+    store.commit_records([record(2e-3, job_id=job_id), slower])
+    assert store.get_job(job_id).best_record_uid == fast.uid
+    failed_only = new_job(store, seed=1)
+    store.commit_records([record(None, job_id=failed_only)])
+    assert store.get_job(failed_only).best_record_uid is None
+
+
+def test_schedule_moves_only_to_faster_ok_records(store: ScheduleStore) -> None:
+    keys = {"workload_key": SQUARE.key, "target_key": CPU.target_key}
+    store.commit_records([record(None), record(None, status=MeasureStatus.TIMEOUT)])
+    assert store.get_schedule(**keys) is None  # failures never make a schedule
+
+    first = record(2e-3, config={"MR": 4, "NR": 8})
+    store.commit_records([first])
+    schedule = store.get_schedule(**keys)
+    assert schedule is not None
+    assert (schedule.record_uid, schedule.config, schedule.template_version) == (
+        first.uid,
+        Config({"MR": 4, "NR": 8}),
+        3,
+    )
+    assert schedule.median_secs == first.median_secs
+    assert schedule.gflops == pytest.approx(SQUARE.gflops(2e-3))
+    assert schedule.updated_at.utcoffset() == timedelta(0)
+
+    tie = MeasureRecord(request=first.request, result=first.result)
+    store.commit_records([record(3e-3), tie, record(None)])
+    assert store.get_schedule(**keys) == schedule  # slower, equal and failed change nothing
+
+    batch = [record(1.5e-3), record(0.5e-3, config={"MR": 8, "NR": 8}), record(0.9e-3)]
+    store.commit_records(batch)
+    moved = store.get_schedule(**keys)
+    assert moved is not None and moved.record_uid == batch[1].uid
+    assert moved.config == Config({"MR": 8, "NR": 8}) and moved.median_secs == pytest.approx(5e-4)
+
+
+def test_get_schedule_over_templates_or_one(store: ScheduleStore) -> None:
+    keys = {"workload_key": SQUARE.key, "target_key": CPU.target_key}
+    blis, triton = record(2e-3, template="blis.gemm"), record(1e-3, template="triton.gemm")
+    store.commit_records([blis, triton])
+    best = store.get_schedule(**keys)
+    assert best is not None and best.record_uid == triton.uid
+    only_blis = store.get_schedule(**keys, template="blis.gemm")
+    assert only_blis is not None and only_blis.record_uid == blis.uid
+    assert store.get_schedule(**keys, template="nope.gemm") is None
+    assert store.get_schedule(workload_key=TALL.key, target_key=CPU.target_key) is None
+
+
+def test_family_schedules_cover_targets_of_the_family_fastest_first(store: ScheduleStore) -> None:
+    here = record(2e-3, target=CPU)
+    sibling = record(1e-3, target=CPU_NEW_CC)
+    sibling_triton = record(0.5e-3, target=CPU_NEW_CC, template="triton.gemm")
+    stranger = record(0.1e-3, target=OTHER_CPU)
+    other_shape = record(0.1e-3, target=CPU, workload=TALL)
+    store.commit_records([here, sibling, sibling_triton, stranger, other_shape])
+    assert CPU.family_key == CPU_NEW_CC.family_key != OTHER_CPU.family_key
+
+    found = store.family_schedules(workload_key=SQUARE.key, family_key=CPU.family_key)
+    assert [s.record_uid for s in found] == [sibling_triton.uid, sibling.uid, here.uid]
+    blis = store.family_schedules(
+        workload_key=SQUARE.key, family_key=CPU.family_key, template="blis.gemm"
+    )
+    assert [(s.target_key, s.record_uid) for s in blis] == [
+        (CPU_NEW_CC.target_key, sibling.uid),
+        (CPU.target_key, here.uid),
+    ]
+    assert store.family_schedules(workload_key=SQUARE.key, family_key="f" * 64) == []
+
+
+def test_target_schedules(store: ScheduleStore) -> None:
+    square, tall = record(2e-3), record(1e-3, workload=TALL)
+    triton = record(1e-3, template="triton.gemm")
+    store.commit_records([square, tall, triton, record(1e-3, target=OTHER_CPU)])
+    every = store.target_schedules(target_key=CPU.target_key)
+    assert {s.record_uid for s in every} == {square.uid, tall.uid, triton.uid}
+    blis = store.target_schedules(target_key=CPU.target_key, template="blis.gemm")
+    assert {s.record_uid for s in blis} == {square.uid, tall.uid}
+
+
+def test_concurrent_commits_of_overlapping_records(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    records = [record(1e-3 * (1 + i % 7), job_id=job_id) for i in range(40)]
+    counts: list[int] = []
+    start = threading.Barrier(4)
+
+    def commit(batches: list[list[MeasureRecord]]) -> None:
+        start.wait()
+        counts.extend(store.commit_records(batch) for batch in batches)
+
+    # Every thread commits every record, in its own order and batch sizes.
+    plans = [
+        [records[i : i + 5] for i in range(0, 40, 5)],
+        [records[::-1][i : i + 8] for i in range(0, 40, 8)],
+        [records[i::3] for i in range(3)],
+        [records],
+    ]
+    threads = [threading.Thread(target=commit, args=(plan,)) for plan in plans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sum(counts) == 40
+    job = store.get_job(job_id)
+    assert job.trials_done == 40
+    assert job.best_median_secs == records[0].median_secs
+    assert len(store.job_records(job_id)) == 40
+
+
+# --- SQL only ----------------------------------------------------------------------------------
+def test_commit_records_is_one_transaction(sql_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SqlScheduleStore(sql_url)
+    job_id = new_job(store)
+
+    def fail(*_: object) -> None:
+        raise RuntimeError("disk full while updating schedules")
+
+    monkeypatch.setattr(SqlScheduleStore, "_update_schedules", fail)
+    with pytest.raises(RuntimeError, match="disk full"):
+        store.commit_records([record(1e-3, job_id=job_id, workload=TALL, target=OTHER_CPU)])
+    monkeypatch.undo()
+    assert store.job_records(job_id) == []
+    assert store.get_job(job_id).trials_done == 0
+    assert store.get_target(OTHER_CPU.target_key) is None
+    assert store.get_workload(TALL.key) is None
+    store.close()
+
+
+@pytest.mark.postgres
+def test_times_are_utc_whatever_the_session_time_zone(pg_store: SqlScheduleStore) -> None:
+    mine = record(1e-3)
+    pg_store.commit_records([mine])
+    url = pg_store.engine.url.update_query_dict({"options": "-c timezone=Asia/Kolkata"})
+    other = SqlScheduleStore(url.render_as_string(hide_password=False))
+    got = other.records_for(workload_key=SQUARE.key, target_key=CPU.target_key)
+    assert got == [mine] and got[0].created_at.tzinfo is UTC
+    other.close()

@@ -1,0 +1,101 @@
+"""Rules every ScheduleStore shares: input checks, job timestamps, picking the fastest record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from tunehub.core import JobState, MeasureRecord, MeasureStatus, Schedule
+
+KEY_LENGTH = 64  # sha256 hex: workload, target, family and config keys
+UID_LENGTH = 32  # uuid4 hex: record uids
+
+K = TypeVar("K", bound=Hashable)
+
+
+def check_page(limit: int, offset: int) -> None:
+    if limit < 0:
+        raise ValueError(f"limit: must be >= 0, got {limit}")
+    if offset < 0:
+        raise ValueError(f"offset: must be >= 0, got {offset}")
+
+
+def unknown_target(target_key: str) -> ValueError:
+    return ValueError(
+        f"target_key: unknown target {target_key!r}; store it with put_target() before "
+        "creating a job for it"
+    )
+
+
+def check_records(records: Sequence[MeasureRecord]) -> list[MeasureRecord]:
+    """Validate ``records`` and drop repeats of a uid within the batch (the first one wins)."""
+    seen: set[str] = set()
+    unique: list[MeasureRecord] = []
+    for record in records:
+        uid = record.uid
+        if not isinstance(uid, str) or not 0 < len(uid) <= UID_LENGTH:
+            raise ValueError(f"uid: must be a string of 1..{UID_LENGTH} characters, got {uid!r}")
+        created_at = record.created_at
+        if created_at.tzinfo is None or created_at.utcoffset() is None:
+            raise ValueError(f"created_at: record {uid} has a naive datetime; use aware UTC")
+        if uid not in seen:
+            seen.add(uid)
+            unique.append(record)
+    return unique
+
+
+def job_times(
+    state: JobState, started_at: datetime | None, finished_at: datetime | None, now: datetime
+) -> tuple[datetime | None, datetime | None]:
+    """(started_at, finished_at) after a move to ``state``.
+
+    QUEUED clears both (the job starts over); RUNNING keeps an earlier start or starts now and
+    clears the finish; a finished state finishes now.
+    """
+    if state is JobState.QUEUED:
+        return None, None
+    if state is JobState.RUNNING:
+        return started_at or now, None
+    return started_at, now
+
+
+def fastest_ok(
+    records: Iterable[MeasureRecord], key: Callable[[MeasureRecord], K | None]
+) -> dict[K, MeasureRecord]:
+    """The fastest ok record per ``key`` (None: skip the record); on a tie the earlier stays."""
+    best: dict[K, MeasureRecord] = {}
+    for record in records:
+        median = record.median_secs
+        k = key(record)
+        if record.status is not MeasureStatus.OK or median is None or k is None:
+            continue
+        current = best.get(k)
+        if current is None or median < (current.median_secs or float("inf")):
+            best[k] = record
+    return best
+
+
+def schedule_key(record: MeasureRecord) -> tuple[str, str, str]:
+    request = record.request
+    return request.workload.key, request.target.target_key, request.template
+
+
+def schedule_of(record: MeasureRecord, updated_at: datetime) -> Schedule:
+    """The Schedule that ``record`` (an ok record) would set."""
+    median = record.median_secs
+    gflops = record.gflops
+    if median is None or gflops is None:
+        raise ValueError(f"record {record.uid} is {record.status.value}, not ok: no schedule")
+    request = record.request
+    return Schedule(
+        workload_key=request.workload.key,
+        target_key=request.target.target_key,
+        template=request.template,
+        template_version=request.template_version,
+        config=request.config,
+        median_secs=median,
+        gflops=gflops,
+        record_uid=record.uid,
+        updated_at=updated_at.astimezone(UTC),
+    )

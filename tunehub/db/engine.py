@@ -1,0 +1,145 @@
+"""Database URLs, engines (SQLite and PostgreSQL settings) and the session scope helper."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+log = logging.getLogger(__name__)
+
+DATABASE_URL_ENV = "TUNEHUB_DATABASE_URL"
+HOME_ENV = "TUNEHUB_HOME"
+DEFAULT_HOME = "~/.tunehub"
+DATABASE_FILE = "tunehub.db"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+# Execution option read by the SQLite "begin" hook: writers take the write lock at BEGIN.
+_SQLITE_BEGIN_IMMEDIATE = "tunehub_sqlite_begin_immediate"
+
+
+def tunehub_home() -> Path:
+    """The data directory: ``$TUNEHUB_HOME`` or ``~/.tunehub``."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
+
+
+def database_url(home: Path | None = None) -> str:
+    """The database URL: ``$TUNEHUB_DATABASE_URL`` if set, else SQLite in the data directory.
+
+    The data directory is ``home``, else ``$TUNEHUB_HOME``, else ``~/.tunehub``; it is created
+    if missing. The environment variable wins even over ``home`` so a deployment can point every
+    command at PostgreSQL.
+    """
+    url = os.environ.get(DATABASE_URL_ENV, "").strip()
+    if url:
+        return url
+    directory = (home if home is not None else tunehub_home()).expanduser()
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{directory.resolve() / DATABASE_FILE}"
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse ``url``; plain ``postgresql://`` (or ``postgres://``) gets the psycopg 3 driver."""
+    text = url if isinstance(url, str) else url.render_as_string(hide_password=False)
+    if text.startswith("postgres://"):
+        text = "postgresql://" + text.removeprefix("postgres://")
+    parsed = make_url(text)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def safe_url(url: str | URL) -> str:
+    """``url`` with its password hidden, for messages and logs."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _is_sqlite_memory(url: URL) -> bool:
+    return url.database in (None, "", ":memory:") or (url.query.get("mode") == "memory")
+
+
+def make_engine(url: str | URL, *, echo: bool = False) -> Engine:
+    """An engine for ``url`` with tunehub's settings.
+
+    SQLite: WAL journal, foreign keys on, a busy timeout, usable from any thread, and
+    transactions begun by SQLAlchemy (``BEGIN``, or ``BEGIN IMMEDIATE`` on engines from
+    ``write_engine``) instead of by the sqlite3 module, so a read-then-write transaction cannot
+    fail half-way on a lock upgrade. An in-memory SQLite database uses one shared connection
+    and suits only single-threaded tests. PostgreSQL URLs use psycopg 3.
+
+    >>> make_engine("sqlite://").dialect.name
+    'sqlite'
+    """
+    parsed = normalize_url(url)
+    kwargs: dict[str, Any] = {"echo": echo}
+    if parsed.get_backend_name() == "sqlite":
+        kwargs["connect_args"] = {
+            "check_same_thread": False,
+            "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
+        }
+        if _is_sqlite_memory(parsed):
+            kwargs["poolclass"] = StaticPool
+    else:
+        kwargs["pool_pre_ping"] = True
+    engine = create_engine(parsed, **kwargs)
+    if engine.dialect.name == "sqlite":
+        _configure_sqlite(engine, memory=_is_sqlite_memory(parsed))
+    return engine
+
+
+def _configure_sqlite(engine: Engine, *, memory: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy emit BEGIN itself (see the "begin" hook below).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if not memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        immediate = connection.get_execution_options().get(_SQLITE_BEGIN_IMMEDIATE, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def write_engine(engine: Engine) -> Engine:
+    """``engine`` (same pool) for read-then-write transactions.
+
+    On SQLite its transactions start with ``BEGIN IMMEDIATE``, taking the write lock first, so
+    concurrent writers queue on the busy timeout instead of failing; elsewhere it is a no-op.
+    """
+    return engine.execution_options(**{_SQLITE_BEGIN_IMMEDIATE: True})
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session that commits on success, rolls back on error and is always closed.
+
+    >>> from sqlalchemy import select
+    >>> factory = sessionmaker(make_engine("sqlite://"))
+    >>> with session_scope(factory) as session:
+    ...     session.scalar(select(1))
+    1
+    """
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()

@@ -1,0 +1,542 @@
+"""SqlScheduleStore: the ScheduleStore on SQLite or PostgreSQL through SQLAlchemy 2.0."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Engine, Select, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+
+from tunehub.core import (
+    Budget,
+    Config,
+    Job,
+    JobSpec,
+    JobState,
+    MeasureRecord,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Schedule,
+    Target,
+    Workload,
+    utc_now,
+)
+from tunehub.db.common import (
+    check_page,
+    check_records,
+    fastest_ok,
+    job_times,
+    schedule_key,
+    schedule_of,
+    unknown_target,
+)
+from tunehub.db.engine import make_engine, safe_url, session_scope, write_engine
+from tunehub.db.store import JobNotFound, ScheduleStore
+from tunehub.db.tables import (
+    Base,
+    JobRow,
+    RecordRow,
+    ScheduleRow,
+    TargetRow,
+    WorkloadRow,
+    table,
+)
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+
+_Insert = postgresql.Insert | sqlite.Insert
+
+
+class SqlScheduleStore(ScheduleStore):
+    """The ScheduleStore on a database at head (see ``tunehub.db.migrate.upgrade``).
+
+    Give it a URL (the store owns the engine and disposes of it on ``close``) or an Engine made
+    by ``make_engine`` (the caller owns it). One sessionmaker, one session per call, so one
+    store serves every thread. Writes that read first (``commit_records``, ``claim_job``, …)
+    hold SQLite's write lock from their first statement and rely on row locks, ``ON CONFLICT``
+    and conditional updates on PostgreSQL, so several processes may share one database.
+
+    >>> from tunehub.db import make_engine, upgrade
+    >>> engine = make_engine("sqlite://")
+    >>> upgrade(engine)
+    >>> SqlScheduleStore(engine).count_jobs()
+    0
+    """
+
+    def __init__(self, url_or_engine: str | Engine) -> None:
+        if isinstance(url_or_engine, Engine):
+            engine, self._owns_engine = url_or_engine, False
+        else:
+            engine, self._owns_engine = make_engine(url_or_engine), True
+        if engine.dialect.name not in SUPPORTED_DIALECTS:
+            raise ValueError(
+                f"database: dialect {engine.dialect.name!r} is not supported; "
+                f"use one of {', '.join(SUPPORTED_DIALECTS)}"
+            )
+        self._engine = engine
+        self._read = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(write_engine(engine), expire_on_commit=False)
+
+    def __repr__(self) -> str:
+        return f"SqlScheduleStore({safe_url(self._engine.url)!r})"
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self._engine.dispose()
+
+    # --- targets and workloads -------------------------------------------------------------
+    def put_target(self, target: Target) -> None:
+        with session_scope(self._write) as session:
+            self._put_targets(session, [target])
+
+    def get_target(self, target_key: str) -> Target | None:
+        with session_scope(self._read) as session:
+            row = session.get(TargetRow, target_key)
+            return None if row is None else _target(row)
+
+    def put_workload(self, workload: Workload) -> None:
+        with session_scope(self._write) as session:
+            self._put_workloads(session, [workload])
+
+    def get_workload(self, workload_key: str) -> Workload | None:
+        with session_scope(self._read) as session:
+            row = session.get(WorkloadRow, workload_key)
+            return None if row is None else _workload(row)
+
+    # --- jobs ------------------------------------------------------------------------------
+    def create_job(self, spec: JobSpec) -> Job:
+        """Store a QUEUED job; its target must be stored first (``put_target``), else ValueError."""
+        with session_scope(self._write) as session:
+            if session.get(TargetRow, spec.target_key) is None:
+                raise unknown_target(spec.target_key)
+            self._put_workloads(session, [spec.workload])
+            row = JobRow(
+                workload_key=spec.workload.key,
+                target_key=spec.target_key,
+                template=spec.template,
+                strategy=spec.strategy,
+                budget=spec.budget.to_dict(),
+                seed=spec.seed,
+                state=JobState.QUEUED.value,
+                trials_done=0,
+                best_record_uid=None,
+                best_median_secs=None,
+                error="",
+                created_at=utc_now(),
+                started_at=None,
+                finished_at=None,
+            )
+            session.add(row)
+            session.flush()
+            return _job(row, spec.workload)
+
+    def get_job(self, job_id: int) -> Job:
+        with session_scope(self._read) as session:
+            found = session.execute(_jobs_query().where(JobRow.id == job_id)).one_or_none()
+            if found is None:
+                raise JobNotFound(job_id)
+            return _job(found[0], _workload(found[1]))
+
+    def list_jobs(
+        self, *, limit: int = 50, offset: int = 0, states: Sequence[JobState] = ()
+    ) -> list[Job]:
+        check_page(limit, offset)
+        query = _jobs_query().order_by(JobRow.id.desc()).limit(limit).offset(offset)
+        if states:
+            query = query.where(JobRow.state.in_([JobState(s).value for s in states]))
+        with session_scope(self._read) as session:
+            return [_job(job, _workload(w)) for job, w in session.execute(query)]
+
+    def count_jobs(self, *, states: Sequence[JobState] = ()) -> int:
+        query = select(func.count()).select_from(JobRow)
+        if states:
+            query = query.where(JobRow.state.in_([JobState(s).value for s in states]))
+        with session_scope(self._read) as session:
+            return int(session.scalar(query) or 0)
+
+    def claim_job(self) -> Job | None:
+        jobs = table(JobRow)
+        with session_scope(self._write) as session:
+            while True:
+                # SKIP LOCKED lets concurrent claimers on PostgreSQL pass each other; SQLite
+                # ignores it (the write lock taken at BEGIN already serialises claimers).
+                job_id = session.scalar(
+                    select(JobRow.id)
+                    .where(JobRow.state == JobState.QUEUED.value)
+                    .order_by(JobRow.id)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                )
+                if job_id is None:
+                    return None
+                claimed = session.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED.value)
+                    .values(state=JobState.RUNNING.value, started_at=utc_now(), finished_at=None)
+                    .returning(jobs.c.id)
+                ).scalar()
+                # Another claimer took it between our read and our update: try the next one.
+                if claimed is not None:
+                    found = session.execute(_jobs_query().where(JobRow.id == job_id)).one()
+                    return _job(found[0], _workload(found[1]))
+
+    def set_job_state(self, job_id: int, state: JobState, *, error: str = "") -> Job:
+        """Move a job to ``state`` and set ``error``; raises JobNotFound.
+
+        QUEUED clears started_at and finished_at; RUNNING keeps or sets started_at; finished
+        states set finished_at.
+        """
+        state = JobState(state)
+        with session_scope(self._write) as session:
+            row = session.get(JobRow, job_id, with_for_update=True)
+            if row is None:
+                raise JobNotFound(job_id)
+            row.started_at, row.finished_at = job_times(
+                state, row.started_at, row.finished_at, utc_now()
+            )
+            row.state = state.value
+            row.error = error
+            session.flush()
+            workload = session.get_one(WorkloadRow, row.workload_key)
+            return _job(row, _workload(workload))
+
+    def requeue_running_jobs(self) -> list[int]:
+        jobs = table(JobRow)
+        with session_scope(self._write) as session:
+            ids = session.scalars(
+                update(jobs)
+                .where(jobs.c.state == JobState.RUNNING.value)
+                .values(state=JobState.QUEUED.value, started_at=None, finished_at=None)
+                .returning(jobs.c.id)
+            ).all()
+        if ids:
+            log.info("requeued %d running jobs: %s", len(ids), sorted(ids))
+        return sorted(ids)
+
+    # --- records and schedules -------------------------------------------------------------
+    def commit_records(self, records: Sequence[MeasureRecord]) -> int:
+        """Store records and update job progress, job bests and Schedules in one transaction.
+
+        Every record's job_id must name a stored job, else JobNotFound and nothing is stored.
+        """
+        batch = check_records(records)
+        if not batch:
+            return 0
+        with session_scope(self._write) as session:
+            job_ids = sorted({r.job_id for r in batch if r.job_id is not None})
+            if job_ids:
+                known = set(session.scalars(select(JobRow.id).where(JobRow.id.in_(job_ids))))
+                missing = [job_id for job_id in job_ids if job_id not in known]
+                if missing:
+                    raise JobNotFound(missing[0])
+            self._put_targets(session, [r.request.target for r in batch])
+            self._put_workloads(session, [r.request.workload for r in batch])
+            inserted = self._insert_records(session, batch)
+            new = [r for r in batch if r.uid in inserted]
+            self._update_jobs(session, new)
+            self._update_schedules(session, new)
+        return len(new)
+
+    def job_records(self, job_id: int) -> list[MeasureRecord]:
+        """All records of a job, oldest first; raises JobNotFound."""
+        with session_scope(self._read) as session:
+            if session.get(JobRow, job_id) is None:
+                raise JobNotFound(job_id)
+            return _records(session, _records_query().where(RecordRow.job_id == job_id))
+
+    def records_for(
+        self, *, workload_key: str, target_key: str, template: str | None = None
+    ) -> list[MeasureRecord]:
+        query = _records_query().where(
+            RecordRow.workload_key == workload_key, RecordRow.target_key == target_key
+        )
+        if template is not None:
+            query = query.where(RecordRow.template == template)
+        with session_scope(self._read) as session:
+            return _records(session, query)
+
+    def get_schedule(
+        self, *, workload_key: str, target_key: str, template: str | None = None
+    ) -> Schedule | None:
+        query = select(ScheduleRow).where(
+            ScheduleRow.workload_key == workload_key, ScheduleRow.target_key == target_key
+        )
+        if template is not None:
+            query = query.where(ScheduleRow.template == template)
+        query = query.order_by(ScheduleRow.median_secs, ScheduleRow.template).limit(1)
+        with session_scope(self._read) as session:
+            row = session.scalars(query).first()
+            return None if row is None else _schedule(row)
+
+    def family_schedules(
+        self, *, workload_key: str, family_key: str, template: str | None = None
+    ) -> list[Schedule]:
+        query = (
+            select(ScheduleRow)
+            .join(TargetRow, TargetRow.target_key == ScheduleRow.target_key)
+            .where(ScheduleRow.workload_key == workload_key, TargetRow.family_key == family_key)
+        )
+        if template is not None:
+            query = query.where(ScheduleRow.template == template)
+        query = query.order_by(
+            ScheduleRow.median_secs, ScheduleRow.target_key, ScheduleRow.template
+        )
+        with session_scope(self._read) as session:
+            return [_schedule(row) for row in session.scalars(query)]
+
+    def target_schedules(self, *, target_key: str, template: str | None = None) -> list[Schedule]:
+        query = select(ScheduleRow).where(ScheduleRow.target_key == target_key)
+        if template is not None:
+            query = query.where(ScheduleRow.template == template)
+        query = query.order_by(ScheduleRow.workload_key, ScheduleRow.template)
+        with session_scope(self._read) as session:
+            return [_schedule(row) for row in session.scalars(query)]
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _insert(self, row: type[Base]) -> _Insert:
+        if self._engine.dialect.name == "postgresql":
+            return postgresql.insert(table(row))
+        return sqlite.insert(table(row))
+
+    def _put_targets(self, session: Session, targets: Iterable[Target]) -> None:
+        unique = {t.target_key: t for t in targets}
+        now = utc_now()
+        # Sorted, so concurrent transactions lock keys in one order and cannot deadlock.
+        values = [
+            {
+                "target_key": key,
+                "family_key": t.family_key,
+                "kind": t.kind,
+                "name": t.name,
+                "data": t.to_dict(),
+                "created_at": now,
+            }
+            for key, t in sorted(unique.items())
+        ]
+        stmt = self._insert(TargetRow).on_conflict_do_nothing(index_elements=["target_key"])
+        session.execute(stmt, values)
+
+    def _put_workloads(self, session: Session, workloads: Iterable[Workload]) -> None:
+        unique = {w.key: w for w in workloads}
+        now = utc_now()
+        values = [
+            {"workload_key": key, **w.to_dict(), "created_at": now}
+            for key, w in sorted(unique.items())
+        ]
+        stmt = self._insert(WorkloadRow).on_conflict_do_nothing(index_elements=["workload_key"])
+        session.execute(stmt, values)
+
+    def _insert_records(self, session: Session, batch: Sequence[MeasureRecord]) -> set[str]:
+        """Insert the records not stored yet; return the uids this transaction inserted."""
+        stmt = self._insert(RecordRow).on_conflict_do_nothing(index_elements=["uid"])
+        # Sorted by uid, so concurrent commits of the same records wait on each other in one
+        # order instead of deadlocking; row ids (the tie-break after created_at) follow it.
+        values = [_record_values(r) for r in sorted(batch, key=lambda r: r.uid)]
+        return set(session.scalars(stmt.returning(table(RecordRow).c.uid), values))
+
+    def _update_jobs(self, session: Session, new: Sequence[MeasureRecord]) -> None:
+        jobs = table(JobRow)
+        counts = Counter(r.job_id for r in new if r.job_id is not None)
+        for job_id, count in sorted(counts.items()):
+            session.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id)
+                .values(trials_done=jobs.c.trials_done + count)
+            )
+        for best_job_id, record in sorted(fastest_ok(new, _job_of).items()):
+            median = record.median_secs
+            # Conditional, so a concurrent faster commit is never overwritten by a slower one.
+            session.execute(
+                update(jobs)
+                .where(
+                    jobs.c.id == best_job_id,
+                    (jobs.c.best_median_secs.is_(None)) | (jobs.c.best_median_secs > median),
+                )
+                .values(best_record_uid=record.uid, best_median_secs=median)
+            )
+
+    def _update_schedules(self, session: Session, new: Sequence[MeasureRecord]) -> None:
+        now = utc_now()
+        schedules = table(ScheduleRow)
+        for _, record in sorted(fastest_ok(new, schedule_key).items()):
+            schedule = schedule_of(record, now)
+            stmt = self._insert(ScheduleRow).values(_schedule_values(schedule))
+            # Only a strictly faster record moves a stored Schedule.
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["workload_key", "target_key", "template"],
+                set_={
+                    name: stmt.excluded[name]
+                    for name in (
+                        "template_version",
+                        "config",
+                        "median_secs",
+                        "gflops",
+                        "record_uid",
+                        "updated_at",
+                    )
+                },
+                where=schedules.c.median_secs > stmt.excluded.median_secs,
+            )
+            session.execute(stmt)
+
+
+def _job_of(record: MeasureRecord) -> int | None:
+    return record.job_id
+
+
+# --- rows to core types ------------------------------------------------------------------
+def _target(row: TargetRow) -> Target:
+    return Target.from_dict(row.data)
+
+
+def _workload(row: WorkloadRow) -> Workload:
+    return Workload(
+        op=row.op,
+        m=row.m,
+        n=row.n,
+        k=row.k,
+        dtype=row.dtype,
+        layout=row.layout,
+        epilogue=row.epilogue,
+    )
+
+
+def _jobs_query() -> Select[JobRow, WorkloadRow]:
+    return select(JobRow, WorkloadRow).join(
+        WorkloadRow, WorkloadRow.workload_key == JobRow.workload_key
+    )
+
+
+def _job(row: JobRow, workload: Workload) -> Job:
+    budget = row.budget
+    return Job(
+        id=row.id,
+        spec=JobSpec(
+            workload=workload,
+            target_key=row.target_key,
+            template=row.template,
+            strategy=row.strategy,
+            budget=Budget(max_trials=int(budget["max_trials"]), max_secs=float(budget["max_secs"])),
+            seed=row.seed,
+        ),
+        state=JobState(row.state),
+        trials_done=row.trials_done,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        error=row.error,
+        best_record_uid=row.best_record_uid,
+        best_median_secs=row.best_median_secs,
+    )
+
+
+def _record_values(record: MeasureRecord) -> dict[str, Any]:
+    request, result = record.request, record.result
+    return {
+        "uid": record.uid,
+        "job_id": record.job_id,
+        "workload_key": request.workload.key,
+        "target_key": request.target.target_key,
+        "template": request.template,
+        "template_version": request.template_version,
+        "config": request.config.to_dict(),
+        "config_key": request.config.key,
+        "status": result.status.value,
+        "median_secs": result.median_secs,
+        "repeat_secs": list(result.repeat_secs),
+        "error": result.error,
+        "compile_secs": result.compile_secs,
+        "verify_secs": result.verify_secs,
+        "run_secs": result.run_secs,
+        "environment": result.environment,
+        "created_at": record.created_at,
+    }
+
+
+def _records_query() -> Select[RecordRow, WorkloadRow, TargetRow]:
+    return (
+        select(RecordRow, WorkloadRow, TargetRow)
+        .join(WorkloadRow, WorkloadRow.workload_key == RecordRow.workload_key)
+        .join(TargetRow, TargetRow.target_key == RecordRow.target_key)
+        .order_by(RecordRow.created_at, RecordRow.id)
+    )
+
+
+def _records(
+    session: Session, query: Select[RecordRow, WorkloadRow, TargetRow]
+) -> list[MeasureRecord]:
+    workloads: dict[str, Workload] = {}
+    targets: dict[str, Target] = {}
+    out: list[MeasureRecord] = []
+    for row, workload_row, target_row in session.execute(query):
+        workload = workloads.get(row.workload_key)
+        if workload is None:
+            workload = workloads[row.workload_key] = _workload(workload_row)
+        target = targets.get(row.target_key)
+        if target is None:
+            target = targets[row.target_key] = _target(target_row)
+        out.append(_record(row, workload, target))
+    return out
+
+
+def _record(row: RecordRow, workload: Workload, target: Target) -> MeasureRecord:
+    return MeasureRecord(
+        request=MeasureRequest(
+            workload=workload,
+            target=target,
+            template=row.template,
+            template_version=row.template_version,
+            config=Config(row.config),
+        ),
+        result=MeasureResult(
+            status=MeasureStatus(row.status),
+            repeat_secs=tuple(float(t) for t in row.repeat_secs),
+            error=row.error,
+            compile_secs=row.compile_secs,
+            verify_secs=row.verify_secs,
+            run_secs=row.run_secs,
+            environment=dict(row.environment),
+        ),
+        job_id=row.job_id,
+        uid=row.uid,
+        created_at=row.created_at,
+    )
+
+
+def _schedule_values(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "workload_key": schedule.workload_key,
+        "target_key": schedule.target_key,
+        "template": schedule.template,
+        "template_version": schedule.template_version,
+        "config": schedule.config.to_dict(),
+        "median_secs": schedule.median_secs,
+        "gflops": schedule.gflops,
+        "record_uid": schedule.record_uid,
+        "updated_at": schedule.updated_at,
+    }
+
+
+def _schedule(row: ScheduleRow) -> Schedule:
+    return Schedule(
+        workload_key=row.workload_key,
+        target_key=row.target_key,
+        template=row.template,
+        template_version=row.template_version,
+        config=Config(row.config),
+        median_secs=row.median_secs,
+        gflops=row.gflops,
+        record_uid=row.record_uid,
+        updated_at=row.updated_at,
+    )

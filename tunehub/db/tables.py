@@ -1,0 +1,192 @@
+"""SQLAlchemy 2.0 tables (``*Row``): targets, workloads, jobs, records and schedules.
+
+Rows stay inside ``tunehub.db``; stores turn them into core dataclasses before returning.
+Every change here needs an Alembic migration in ``tunehub/db/migrations/versions``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from tunehub.db.common import KEY_LENGTH, UID_LENGTH
+
+# Stable constraint names let Alembic's batch mode (SQLite table rebuilds) find constraints.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# BIGINT ids, except on SQLite where only INTEGER PRIMARY KEY autoincrements (it is 64-bit there).
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as naive
+    UTC and given back their UTC tzinfo when read. Naive datetimes are refused, not guessed.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value.isoformat()}: tunehub stores aware UTC times")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class TargetRow(Base):
+    """A device fingerprint; ``data`` is ``Target.to_dict()``."""
+
+    __tablename__ = "targets"
+
+    target_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    family_key: Mapped[str] = mapped_column(String(KEY_LENGTH), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(256))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime]
+
+
+class WorkloadRow(Base):
+    """A workload, one typed column per field (they are what shape queries filter on)."""
+
+    __tablename__ = "workloads"
+    __table_args__ = (Index("ix_workloads_shape", "op", "dtype", "m", "n", "k"),)
+
+    workload_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    op: Mapped[str] = mapped_column(String(32))
+    m: Mapped[int] = mapped_column(Integer)
+    n: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(16))
+    layout: Mapped[str] = mapped_column(String(32))
+    epilogue: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime]
+
+
+class JobRow(Base):
+    """A tuning job; its target row must exist first (the service stores the target first)."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("workloads.workload_key"), index=True
+    )
+    target_key: Mapped[str] = mapped_column(String(KEY_LENGTH), ForeignKey("targets.target_key"))
+    template: Mapped[str] = mapped_column(String(64))
+    strategy: Mapped[str] = mapped_column(String(32))
+    budget: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    trials_done: Mapped[int] = mapped_column(Integer)
+    # Not a foreign key: records point at jobs, and a cycle would complicate every insert.
+    best_record_uid: Mapped[str | None] = mapped_column(String(UID_LENGTH))
+    best_median_secs: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class RecordRow(Base):
+    """One measurement, immutable once stored; ``median_secs`` is NULL unless status is ok."""
+
+    __tablename__ = "records"
+    __table_args__ = (
+        Index("ix_records_workload_target_template", "workload_key", "target_key", "template"),
+        CheckConstraint(
+            "(status = 'ok' AND median_secs IS NOT NULL AND median_secs > 0)"
+            " OR (status <> 'ok' AND median_secs IS NULL)",
+            name="median_iff_ok",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    uid: Mapped[str] = mapped_column(String(UID_LENGTH), unique=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, ForeignKey("jobs.id"), index=True)
+    workload_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("workloads.workload_key")
+    )
+    target_key: Mapped[str] = mapped_column(String(KEY_LENGTH), ForeignKey("targets.target_key"))
+    template: Mapped[str] = mapped_column(String(64))
+    template_version: Mapped[int] = mapped_column(Integer)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    config_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    median_secs: Mapped[float | None] = mapped_column(Float)
+    repeat_secs: Mapped[list[float]] = mapped_column(JSON)
+    error: Mapped[str] = mapped_column(Text)
+    compile_secs: Mapped[float] = mapped_column(Float)
+    verify_secs: Mapped[float] = mapped_column(Float)
+    run_secs: Mapped[float] = mapped_column(Float)
+    environment: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime]
+
+
+class ScheduleRow(Base):
+    """The fastest ok record for (workload, target, template), copied out for fast lookups."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (CheckConstraint("median_secs > 0", name="positive_median"),)
+
+    workload_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("workloads.workload_key"), primary_key=True
+    )
+    target_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("targets.target_key"), primary_key=True, index=True
+    )
+    template: Mapped[str] = mapped_column(String(64), primary_key=True)
+    template_version: Mapped[int] = mapped_column(Integer)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    median_secs: Mapped[float] = mapped_column(Float)
+    gflops: Mapped[float] = mapped_column(Float)
+    record_uid: Mapped[str] = mapped_column(String(UID_LENGTH), ForeignKey("records.uid"))
+    updated_at: Mapped[datetime]
+
+
+def table(row: type[Base]) -> Table:
+    """The Core ``Table`` of a row class (for bulk and dialect-specific statements)."""
+    result = row.__table__
+    if not isinstance(result, Table):
+        raise TypeError(f"{row.__name__} is not mapped to a Table")
+    return result
