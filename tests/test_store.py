@@ -367,7 +367,24 @@ def test_commit_records_refuses_naive_times_and_bad_uids(store: ScheduleStore) -
         store.commit_records([record(1e-3, created_at=datetime(2024, 1, 1))])
     with pytest.raises(ValueError, match="uid"):
         store.commit_records([record(1e-3, uid="x" * 33)])
+    with pytest.raises(ValueError, match="template"):
+        store.commit_records([record(1e-3, template="t" * 65)])
+    nan = record(1e-3)
+    nan.result.environment["clock_mhz"] = float("nan")
+    with pytest.raises(ValueError, match="environment"):
+        store.commit_records([record(2e-3), nan])
     assert store.records_for(workload_key=SQUARE.key, target_key=CPU.target_key) == []
+
+
+def test_values_that_do_not_fit_the_columns_are_refused(store: ScheduleStore) -> None:
+    with pytest.raises(ValueError, match=r"target\.name"):
+        store.put_target(Target(kind="cpu", name="n" * 257, arch=(), cores=1))
+    store.put_target(CPU)
+    with pytest.raises(ValueError, match="seed"):
+        store.create_job(JobSpec(workload=SQUARE, target_key=CPU.target_key, seed=2**63))
+    assert store.count_jobs() == 0
+    job = store.create_job(JobSpec(workload=SQUARE, target_key=CPU.target_key, seed=-(2**63)))
+    assert store.get_job(job.id).spec.seed == -(2**63)
 
 
 def test_returned_records_are_snapshots(store: ScheduleStore) -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from tunehub.core import JobState, MeasureRecord, MeasureStatus, Schedule
+from tunehub.core import JobSpec, JobState, MeasureRecord, MeasureStatus, Schedule, Target
 
 KEY_LENGTH = 64  # sha256 hex: workload, target, family and config keys
 UID_LENGTH = 32  # uuid4 hex: record uids
+TEMPLATE_LENGTH = 64
+TARGET_KIND_LENGTH = 16
+TARGET_NAME_LENGTH = 256
+SEED_RANGE = range(-(2**63), 2**63)  # a BIGINT column
 
 K = TypeVar("K", bound=Hashable)
 
@@ -28,8 +33,30 @@ def unknown_target(target_key: str) -> ValueError:
     )
 
 
+def _check_length(field: str, value: str, limit: int) -> None:
+    if len(value) > limit:
+        raise ValueError(f"{field}: at most {limit} characters, got {len(value)}: {value[:80]!r}")
+
+
+def check_target(target: Target) -> None:
+    """Refuse a target whose fields do not fit the database's columns."""
+    _check_length("target.kind", target.kind, TARGET_KIND_LENGTH)
+    _check_length("target.name", target.name, TARGET_NAME_LENGTH)
+
+
+def check_spec(spec: JobSpec) -> None:
+    """Refuse a job spec whose fields do not fit the database's columns."""
+    _check_length("template", spec.template, TEMPLATE_LENGTH)
+    if spec.seed not in SEED_RANGE:
+        raise ValueError(f"seed: must fit in 64 bits, got {spec.seed}")
+
+
 def check_records(records: Sequence[MeasureRecord]) -> list[MeasureRecord]:
-    """Validate ``records`` and drop repeats of a uid within the batch (the first one wins)."""
+    """Validate ``records`` and drop repeats of a uid within the batch (the first one wins).
+
+    Every backend refuses the same things: uids that do not fit, naive times, names too long
+    for their columns, and environments that are not strict JSON (NaN is not JSON).
+    """
     seen: set[str] = set()
     unique: list[MeasureRecord] = []
     for record in records:
@@ -39,6 +66,12 @@ def check_records(records: Sequence[MeasureRecord]) -> list[MeasureRecord]:
         created_at = record.created_at
         if created_at.tzinfo is None or created_at.utcoffset() is None:
             raise ValueError(f"created_at: record {uid} has a naive datetime; use aware UTC")
+        _check_length("template", record.request.template, TEMPLATE_LENGTH)
+        check_target(record.request.target)
+        try:
+            json.dumps(record.result.environment, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"environment: record {uid} is not JSON: {exc}") from None
         if uid not in seen:
             seen.add(uid)
             unique.append(record)

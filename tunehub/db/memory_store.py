@@ -22,6 +22,8 @@ from tunehub.core import (
 from tunehub.db.common import (
     check_page,
     check_records,
+    check_spec,
+    check_target,
     fastest_ok,
     job_times,
     schedule_key,
@@ -58,6 +60,7 @@ class MemoryScheduleStore(ScheduleStore):
 
     # --- targets and workloads -------------------------------------------------------------
     def put_target(self, target: Target) -> None:
+        check_target(target)
         with self._lock:
             self._put_target(target)
 
@@ -77,6 +80,7 @@ class MemoryScheduleStore(ScheduleStore):
     # --- jobs ------------------------------------------------------------------------------
     def create_job(self, spec: JobSpec) -> Job:
         """Store a QUEUED job; its target must be stored first (``put_target``), else ValueError."""
+        check_spec(spec)
         with self._lock:
             if spec.target_key not in self._targets:
                 raise unknown_target(spec.target_key)

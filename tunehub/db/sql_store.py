@@ -29,6 +29,8 @@ from tunehub.core import (
 from tunehub.db.common import (
     check_page,
     check_records,
+    check_spec,
+    check_target,
     fastest_ok,
     job_times,
     schedule_key,
@@ -97,6 +99,7 @@ class SqlScheduleStore(ScheduleStore):
 
     # --- targets and workloads -------------------------------------------------------------
     def put_target(self, target: Target) -> None:
+        check_target(target)
         with session_scope(self._write) as session:
             self._put_targets(session, [target])
 
@@ -117,6 +120,7 @@ class SqlScheduleStore(ScheduleStore):
     # --- jobs ------------------------------------------------------------------------------
     def create_job(self, spec: JobSpec) -> Job:
         """Store a QUEUED job; its target must be stored first (``put_target``), else ValueError."""
+        check_spec(spec)
         with session_scope(self._write) as session:
             if session.get(TargetRow, spec.target_key) is None:
                 raise unknown_target(spec.target_key)

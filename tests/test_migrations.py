@@ -1,0 +1,208 @@
+"""Alembic migrations against tables.py, the schema check, database URLs and engine settings."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Column, Integer, MetaData, inspect, select, text
+from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy.orm import sessionmaker
+
+from tunehub.db import (
+    SchemaOutOfDate,
+    check_at_head,
+    current_revision,
+    database_url,
+    head_revision,
+    make_engine,
+    session_scope,
+    upgrade,
+)
+from tunehub.db.migrate import MIGRATIONS_DIR, alembic_config
+from tunehub.db.tables import Base, TargetRow
+
+TABLES = {"targets", "workloads", "jobs", "records", "schedules"}
+
+
+def _differences(url: str, metadata: MetaData) -> list[object]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            return list(compare_metadata(context, metadata))
+    finally:
+        engine.dispose()
+
+
+# --- migrations ------------------------------------------------------------------------------
+def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    assert current_revision(url) is None
+    upgrade(url)
+    assert current_revision(url) == head_revision() == "0001"
+    check_at_head(url)
+    upgrade(url)  # at head already: nothing to do
+    engine = make_engine(url)
+    assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
+    engine.dispose()
+
+
+def test_an_empty_database_is_not_initialised(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    with pytest.raises(SchemaOutOfDate) as info:
+        check_at_head(url)
+    message = str(info.value)
+    assert "not initialised" in message and "run `tunehub db upgrade`" in message
+    assert str(tmp_path) in message
+    assert (info.value.current, info.value.head) == (None, head_revision())
+
+
+def test_a_database_at_an_older_revision_is_out_of_date(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url)
+    command.downgrade(alembic_config(url), "base")  # the only older revision there is
+    engine = make_engine(url)
+    assert inspect(engine).get_table_names() == ["alembic_version"]
+    engine.dispose()
+    with pytest.raises(SchemaOutOfDate, match="not initialised"):
+        check_at_head(url)
+    upgrade(url)
+    check_at_head(url)
+
+
+def test_a_database_from_a_newer_tunehub_names_both_revisions(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'newer.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'f00dfeed0000'"))
+    with pytest.raises(SchemaOutOfDate) as info:
+        check_at_head(engine)
+    engine.dispose()
+    message = str(info.value)
+    assert "f00dfeed0000" in message and head_revision() in message
+    assert "newer tunehub" in message and "tunehub db upgrade" in message
+
+
+def test_migrations_match_tables_py(sql_url: str) -> None:
+    assert _differences(sql_url, Base.metadata) == []
+
+
+def test_the_comparison_sees_a_table_change(sql_url: str) -> None:
+    changed = MetaData(naming_convention=Base.metadata.naming_convention)
+    for table in Base.metadata.sorted_tables:
+        table.to_metadata(changed)
+    changed.tables["jobs"].append_column(Column("priority", Integer, nullable=False))
+    differences = _differences(sql_url, changed)
+    assert [d[0] for d in differences if isinstance(d, tuple)] == ["add_column"]
+
+
+def test_the_migrations_ship_as_package_data() -> None:
+    # pyproject's package-data globs: db/migrations/*.mako and db/migrations/versions/*.py.
+    assert (MIGRATIONS_DIR / "env.py").is_file()
+    assert (MIGRATIONS_DIR / "script.py.mako").is_file()
+    assert [p.name for p in sorted((MIGRATIONS_DIR / "versions").glob("*.py"))] == [
+        "0001_initial.py"
+    ]
+
+
+# --- URLs and engines --------------------------------------------------------------------------
+def test_database_url_prefers_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TUNEHUB_DATABASE_URL", "postgresql://tunehub@db.example/tunehub")
+    assert database_url(tmp_path) == "postgresql://tunehub@db.example/tunehub"
+
+
+def test_database_url_defaults_to_sqlite_in_the_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TUNEHUB_DATABASE_URL", raising=False)
+    monkeypatch.setenv("TUNEHUB_HOME", str(tmp_path / "home"))
+    assert database_url() == f"sqlite:///{tmp_path / 'home' / 'tunehub.db'}"
+    assert (tmp_path / "home").is_dir()
+    explicit = tmp_path / "a" / "b"
+    assert database_url(explicit) == f"sqlite:///{explicit / 'tunehub.db'}"
+    assert explicit.is_dir()
+    monkeypatch.delenv("TUNEHUB_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert database_url() == f"sqlite:///{tmp_path / 'user' / '.tunehub' / 'tunehub.db'}"
+
+
+def test_postgresql_urls_use_psycopg() -> None:
+    for url in ("postgresql://u@h/db", "postgres://u@h/db", "postgresql+psycopg://u@h/db"):
+        engine = make_engine(url)
+        assert (engine.dialect.name, engine.dialect.driver) == ("postgresql", "psycopg")
+        engine.dispose()
+
+
+def test_sqlite_engines_use_wal_foreign_keys_and_a_busy_timeout(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+    engine.dispose()
+
+
+def test_sqlite_refuses_rows_breaking_foreign_keys(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    with pytest.raises(IntegrityError, match="FOREIGN KEY"), engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (workload_key, target_key, template, strategy, budget, seed,"
+                " state, trials_done, error, created_at) VALUES ('w', 't', 'blis.gemm',"
+                " 'random', '{}', 0, 'queued', 0, '', '2024-01-01 00:00:00')"
+            )
+        )
+    engine.dispose()
+
+
+def test_session_scope_commits_or_rolls_back(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    factory = sessionmaker(engine)
+    row = {"family_key": "f", "kind": "cpu", "name": "n", "data": {}}
+    with session_scope(factory) as session:
+        session.add(TargetRow(target_key="kept", created_at=datetime.now(UTC), **row))
+    with pytest.raises(RuntimeError), session_scope(factory) as session:
+        session.add(TargetRow(target_key="dropped", created_at=datetime.now(UTC), **row))
+        session.flush()
+        raise RuntimeError("fail after the insert")
+    with session_scope(factory) as session:
+        assert list(session.scalars(select(TargetRow.target_key))) == ["kept"]
+        kept = session.get_one(TargetRow, "kept")
+        assert kept.created_at.tzinfo is UTC
+    engine.dispose()
+
+
+def test_naive_datetimes_are_refused(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    factory = sessionmaker(engine)
+    with pytest.raises(StatementError, match="naive datetime"), session_scope(factory) as session:
+        session.add(
+            TargetRow(
+                target_key="k",
+                family_key="f",
+                kind="cpu",
+                name="n",
+                data={},
+                created_at=datetime(2024, 1, 1),
+            )
+        )
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["tunehub.db.engine", "tunehub.db.migrate", "tunehub.db.memory_store", "tunehub.db.sql_store"],
+)
+def test_docstring_examples_run(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
