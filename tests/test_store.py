@@ -146,6 +146,14 @@ def test_create_and_get_job(store: ScheduleStore) -> None:
     assert store.get_workload(TALL.key) == TALL  # the job stored its workload
 
 
+def test_a_claimed_job_is_created_running_and_never_claimed_again(store: ScheduleStore) -> None:
+    store.put_target(CPU)
+    job = store.create_job(JobSpec(workload=SQUARE, target_key=CPU.target_key), claimed=True)
+    assert job.state is JobState.RUNNING and job.started_at is not None
+    assert store.get_job(job.id) == job
+    assert store.claim_job() is None
+
+
 def test_unknown_job_raises_job_not_found(store: ScheduleStore) -> None:
     with pytest.raises(JobNotFound, match="no job with id 404"):
         store.get_job(404)

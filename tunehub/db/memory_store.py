@@ -78,9 +78,10 @@ class MemoryScheduleStore(ScheduleStore):
             return self._workloads.get(workload_key)
 
     # --- jobs ------------------------------------------------------------------------------
-    def create_job(self, spec: JobSpec) -> Job:
-        """Store a QUEUED job; its target must be stored first (``put_target``), else ValueError."""
+    def create_job(self, spec: JobSpec, *, claimed: bool = False) -> Job:
+        """Store a QUEUED (or claimed: RUNNING) job; its target must be stored first."""
         check_spec(spec)
+        now = utc_now()
         with self._lock:
             if spec.target_key not in self._targets:
                 raise unknown_target(spec.target_key)
@@ -88,9 +89,10 @@ class MemoryScheduleStore(ScheduleStore):
             job = Job(
                 id=self._next_job_id,
                 spec=spec,
-                state=JobState.QUEUED,
+                state=JobState.RUNNING if claimed else JobState.QUEUED,
                 trials_done=0,
-                created_at=utc_now(),
+                created_at=now,
+                started_at=now if claimed else None,
             )
             self._next_job_id += 1
             self._jobs[job.id] = job

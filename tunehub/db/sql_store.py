@@ -118,9 +118,10 @@ class SqlScheduleStore(ScheduleStore):
             return None if row is None else _workload(row)
 
     # --- jobs ------------------------------------------------------------------------------
-    def create_job(self, spec: JobSpec) -> Job:
-        """Store a QUEUED job; its target must be stored first (``put_target``), else ValueError."""
+    def create_job(self, spec: JobSpec, *, claimed: bool = False) -> Job:
+        """Store a QUEUED (or claimed: RUNNING) job; its target must be stored first."""
         check_spec(spec)
+        now = utc_now()
         with session_scope(self._write) as session:
             if session.get(TargetRow, spec.target_key) is None:
                 raise unknown_target(spec.target_key)
@@ -132,13 +133,13 @@ class SqlScheduleStore(ScheduleStore):
                 strategy=spec.strategy,
                 budget=spec.budget.to_dict(),
                 seed=spec.seed,
-                state=JobState.QUEUED.value,
+                state=(JobState.RUNNING if claimed else JobState.QUEUED).value,
                 trials_done=0,
                 best_record_uid=None,
                 best_median_secs=None,
                 error="",
-                created_at=utc_now(),
-                started_at=None,
+                created_at=now,
+                started_at=now if claimed else None,
                 finished_at=None,
             )
             session.add(row)

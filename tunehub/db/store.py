@@ -49,8 +49,11 @@ class ScheduleStore(ABC):
 
     # --- jobs ------------------------------------------------------------------------------
     @abstractmethod
-    def create_job(self, spec: JobSpec) -> Job:
+    def create_job(self, spec: JobSpec, *, claimed: bool = False) -> Job:
         """Store a new QUEUED job (its workload too) and return it with its id.
+
+        ``claimed=True`` stores it RUNNING (started now) instead, for a caller that runs the job
+        itself (``tunehub tune``), so no job runner can claim it first.
 
         The job's target must be stored first (``put_target``), else ValueError.
         """
