@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,22 @@ class Knob:
     def __post_init__(self) -> None:
         if not self.values:
             raise ValueError(f"knob {self.name} has no values")
+
+
+@dataclass(frozen=True)
+class KnobConstraint:
+    """A constraint that reads only ``knobs``; enumeration checks it as soon as those are set.
+
+    >>> fits = KnobConstraint(("MR", "NR"), lambda c: int(c["MR"]) * int(c["NR"]) <= 64)
+    >>> fits(Config({"MR": 4, "NR": 16}))
+    True
+    """
+
+    knobs: tuple[str, ...]
+    check: Callable[[Config], bool]
+
+    def __call__(self, config: Config) -> bool:
+        return self.check(config)
 
 
 @dataclass
@@ -49,10 +64,42 @@ class SearchSpace:
         return all(check(config) for check in self.constraints)
 
     def _enumerate(self) -> Iterator[Config]:
-        for combo in itertools.product(*(k.values for k in self.knobs)):
-            config = Config(dict(zip(self.names, combo, strict=True)))
-            if all(check(config) for check in self.constraints):
-                yield config
+        """Valid points in cross-product order.
+
+        A KnobConstraint is checked as soon as the knobs it reads are set (knobs are set in
+        order), so a large raw product with tight constraints stays cheap to enumerate; other
+        constraints are checked on whole points.
+        """
+        if not self.knobs:
+            empty = Config({})
+            if all(check(empty) for check in self.constraints):
+                yield empty
+            return
+        position = {name: i for i, name in enumerate(self.names)}
+        stages: list[list[Constraint]] = [[] for _ in self.knobs]
+        for check in self.constraints:
+            depth = len(self.knobs) - 1
+            if isinstance(check, KnobConstraint) and set(check.knobs) <= set(position):
+                depth = max((position[name] for name in check.knobs), default=0)
+            stages[depth].append(check)
+        yield from self._extend({}, 0, stages)
+
+    def _extend(
+        self, partial: dict[str, KnobValue], depth: int, stages: list[list[Constraint]]
+    ) -> Iterator[Config]:
+        knob = self.knobs[depth]
+        last = depth == len(self.knobs) - 1
+        for value in knob.values:
+            partial[knob.name] = value
+            if last or stages[depth]:
+                config = Config(dict(partial))
+                if not all(check(config) for check in stages[depth]):
+                    continue
+                if last:
+                    yield config
+                    continue
+            yield from self._extend(partial, depth + 1, stages)
+        del partial[knob.name]
 
     @property
     def points(self) -> Sequence[Config]:

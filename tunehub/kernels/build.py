@@ -1,0 +1,131 @@
+"""Compiling generated C into shared libraries, cached by what can change the binary."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from tunehub.core import sha256_key
+from tunehub.core.target import compiler_version as _first_line_of_version
+from tunehub.core.target import local_cpu_target
+
+BASE_FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11")
+COMPILE_TIMEOUT_SECS = 300.0
+STDERR_TAIL_CHARS = 2000
+
+
+class BuildError(RuntimeError):
+    """The compiler failed (or could not run); ``stderr`` holds the tail of its output."""
+
+    def __init__(self, message: str, stderr: str = "", flags: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.stderr = stderr
+        self.flags = tuple(flags)
+
+    def report(self) -> str:
+        return f"{self}\n{self.stderr}".strip()
+
+
+@dataclass(frozen=True)
+class BuiltLibrary:
+    """A compiled shared library. ``cached``: it was already in the build dir."""
+
+    path: Path
+    key: str
+    compile_secs: float
+    cached: bool
+    compiler: str
+    compiler_version: str
+    flags: tuple[str, ...]
+
+
+def compiler() -> str:
+    """The C compiler: ``$CC`` if set, else ``cc``."""
+    return os.environ.get("CC", "cc")
+
+
+@lru_cache(maxsize=8)
+def compiler_version(cc: str) -> str:
+    """``cc --version``'s first line ('' if it cannot run), cached per compiler command."""
+    return _first_line_of_version(cc)
+
+
+def default_build_dir(workdir: Path) -> Path:
+    """Where compiled kernels are cached.
+
+    ``$TUNEHUB_BUILD_DIR`` if set (a sandbox's measurer sets it), else ``$TUNEHUB_HOME/build``,
+    else ``<workdir>/build``.
+    """
+    explicit = os.environ.get("TUNEHUB_BUILD_DIR")
+    if explicit:
+        return Path(explicit)
+    home = os.environ.get("TUNEHUB_HOME")
+    if home:
+        return Path(home).expanduser() / "build"
+    return workdir / "build"
+
+
+def _tail(text: str) -> str:
+    return text[-STDERR_TAIL_CHARS:]
+
+
+def build_shared_library(
+    source: str, *, build_dir: Path, flags: Sequence[str] = (), stem: str = "kernel"
+) -> BuiltLibrary:
+    """Compile ``source`` with ``$CC`` and BASE_FLAGS + ``flags`` into ``build_dir``.
+
+    The file name is the sha256 of (source, compiler, compiler version, flags, host CPU):
+    ``-march=native`` makes the binary depend on the host, so a build dir shared between
+    hosts never hands one host another's code. Concurrent builders of the same key each
+    compile to a private temp file and rename it into place, so readers never see a partial
+    library. Raises BuildError with the compiler's stderr tail on failure.
+    """
+    cc = compiler()
+    version = compiler_version(cc)
+    all_flags = (*BASE_FLAGS, *flags)
+    host = local_cpu_target()
+    key = sha256_key(
+        {
+            "source": source,
+            "cc": cc,
+            "cc_version": version,
+            "flags": list(all_flags),
+            "host": {"name": host.name, "arch": list(host.arch), "machine": host.machine},
+        }
+    )
+    build_dir.mkdir(parents=True, exist_ok=True)
+    lib = build_dir / f"{stem}-{key[:32]}.so"
+    start = time.perf_counter()
+    if lib.exists():
+        return BuiltLibrary(lib, key, time.perf_counter() - start, True, cc, version, all_flags)
+    src = build_dir / f"{stem}-{key[:32]}.c"
+    tmp_src = src.with_name(f"{src.name}.{os.getpid()}.tmp.c")
+    tmp_lib = lib.with_name(f"{lib.name}.{os.getpid()}.tmp")
+    tmp_src.write_text(source)
+    cmd = [*shlex.split(cc), *all_flags, "-o", str(tmp_lib), str(tmp_src)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_SECS)
+    except FileNotFoundError as exc:
+        raise BuildError(f"C compiler {cc!r} not found", str(exc), all_flags) from None
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        raise BuildError(
+            f"{cc} timed out after {COMPILE_TIMEOUT_SECS:.0f}s", _tail(err), all_flags
+        ) from None
+    finally:
+        if not tmp_lib.exists():
+            tmp_src.unlink(missing_ok=True)
+    if proc.returncode != 0 or not tmp_lib.exists():
+        tmp_src.unlink(missing_ok=True)
+        tmp_lib.unlink(missing_ok=True)
+        out = (proc.stderr or "") + (proc.stdout or "")
+        raise BuildError(f"{cc} exited with status {proc.returncode}", _tail(out), all_flags)
+    os.replace(tmp_src, src)  # kept beside the library, for reading what was built
+    os.replace(tmp_lib, lib)
+    return BuiltLibrary(lib, key, time.perf_counter() - start, False, cc, version, all_flags)

@@ -1,0 +1,1 @@
+"""Measurers: the local sandboxed measurer, the replay double, and (later) Ray workers."""

@@ -1,0 +1,370 @@
+"""The measurement sandbox: a child process that measures one request at a time, and its handle.
+
+Run as ``python -m tunehub.workers.sandbox``. The parent (``SandboxProcess``) writes jobs to
+the child's stdin and reads results from its stdout, each message an 8-byte big-endian length
+followed by a pickle. The child writes nothing else to that stdout: at start it moves the
+protocol to a private copy of fd 1 and points fd 1 at stderr, so stray prints from templates,
+libraries or C code land in the sandbox log instead of corrupting the channel.
+
+A candidate that segfaults, aborts or hangs takes only the child down; the parent reports it
+(``SandboxDied`` / ``SandboxTimeout``) and starts a fresh child for the next request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import logging
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+from tunehub.core import MeasureRequest, MeasureResult, MeasureStatus
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">Q")
+MAX_MESSAGE_BYTES = 256 << 20
+TRACEBACK_TAIL_CHARS = 3000
+STDERR_TAIL_CHARS = 3000
+STARTUP_TIMEOUT_SECS = 60.0
+STOP_TIMEOUT_SECS = 5.0
+
+
+@dataclass(frozen=True)
+class SandboxJob:
+    """One request for the child: measure ``request`` with these timing settings."""
+
+    request: MeasureRequest
+    workdir: str
+    min_secs: float
+    max_repeats: int
+
+
+@dataclass(frozen=True)
+class _Ready:
+    pid: int
+
+
+# --- the wire format ---------------------------------------------------------------------------
+def write_message(stream: BinaryIO | IO[bytes], message: Any) -> None:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(payload)) + payload)
+    stream.flush()
+
+
+def _read_exact(stream: BinaryIO | IO[bytes], size: int) -> bytes | None:
+    chunks = []
+    while size:
+        chunk = stream.read(size)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_message(stream: BinaryIO | IO[bytes]) -> Any:
+    """The next message; EOFError when the other side closed the stream."""
+    header = _read_exact(stream, _HEADER.size)
+    if header is None:
+        raise EOFError("stream closed")
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_MESSAGE_BYTES:
+        raise ValueError(f"message of {size} bytes is too large")
+    payload = _read_exact(stream, size)
+    if payload is None:
+        raise EOFError("stream closed inside a message")
+    return pickle.loads(payload)
+
+
+# --- the child ---------------------------------------------------------------------------------
+def _failure(status: MeasureStatus, error: str) -> MeasureResult:
+    return MeasureResult(status, error=error, environment={"sandbox_pid": os.getpid()})
+
+
+def measure_job(job: SandboxJob) -> MeasureResult:
+    """Measure one job in this process; exceptions become ``runtime_error`` results."""
+    from tunehub.kernels.registry import UnknownTemplate, get_template
+
+    request = job.request
+    try:
+        template = get_template(request.template)
+    except UnknownTemplate as exc:
+        return _failure(MeasureStatus.INVALID, str(exc))
+    if request.template_version != template.version:
+        return _failure(
+            MeasureStatus.INVALID,
+            f"request is for {template.name} v{request.template_version}, "
+            f"this worker has v{template.version}",
+        )
+    try:
+        workdir = Path(job.workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        result = template.measure(
+            request, workdir=workdir, min_secs=job.min_secs, max_repeats=job.max_repeats
+        )
+        if not isinstance(result, MeasureResult):
+            raise TypeError(f"{template.name}.measure returned {type(result).__name__}")
+        return result
+    except Exception as exc:
+        log.exception("measuring %s failed", request.template)
+        tail = "".join(traceback.format_exception(exc))[-TRACEBACK_TAIL_CHARS:]
+        return _failure(MeasureStatus.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}\n{tail}")
+
+
+def serve(inp: BinaryIO | IO[bytes], out: BinaryIO | IO[bytes]) -> None:
+    """Answer jobs until the parent sends None or closes the stream."""
+    write_message(out, _Ready(os.getpid()))
+    while True:
+        try:
+            job = read_message(inp)
+        except EOFError:
+            return
+        if job is None:
+            return
+        write_message(out, measure_job(job))
+
+
+def _exit_with_parent() -> None:
+    """Exit if the parent goes away, even while the main thread is stuck in a hung kernel."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def main() -> None:
+    protocol_out = os.fdopen(os.dup(1), "wb")
+    protocol_in = os.fdopen(os.dup(0), "rb")
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    faulthandler.enable(file=sys.stderr)  # a crash leaves a Python traceback in the log
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("TUNEHUB_SANDBOX_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s sandbox[%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
+    _exit_with_parent()
+    serve(protocol_in, protocol_out)
+
+
+# --- the parent's handle -----------------------------------------------------------------------
+class SandboxDied(RuntimeError):
+    """The child exited while measuring; the message says how (signal name or exit code)."""
+
+
+class SandboxTimeout(RuntimeError):
+    """The child did not answer in time and was killed."""
+
+
+def describe_exit(returncode: int | None) -> str:
+    """'killed by SIGSEGV (signal 11)' / 'exited with status 3'."""
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"was killed by {name} (signal {-returncode})"
+    return f"exited with status {returncode}"
+
+
+class SandboxProcess:
+    """One sandbox child: start, send a job, wait for the answer within a deadline, kill.
+
+    The child runs in its own process group, so killing it also kills what it started (a
+    compiler, OpenMP helpers). Its stderr goes to ``log_path`` (truncated at each start).
+    """
+
+    def __init__(
+        self,
+        *,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        python: str = sys.executable,
+        cwd: Path | None = None,
+    ) -> None:
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else dict(os.environ)
+        self.python = python
+        self.cwd = cwd
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._log_mark = 0
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        """Start the child and wait for its ready message (SandboxDied if it never comes)."""
+        self.kill()
+        if self._log is not None:
+            self._log.close()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the child
+        self._log_mark = 0
+        self._proc = subprocess.Popen(
+            [self.python, "-m", "tunehub.workers.sandbox"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
+            bufsize=0,
+        )
+        self.starts += 1
+        try:
+            ready = self._receive(time.monotonic() + STARTUP_TIMEOUT_SECS)
+        except SandboxTimeout:
+            raise SandboxDied(f"sandbox did not start within {STARTUP_TIMEOUT_SECS:.0f}s") from None
+        if not isinstance(ready, _Ready):
+            self.kill()
+            raise SandboxDied(f"sandbox sent {type(ready).__name__} instead of its ready message")
+        log.debug("sandbox %d started", ready.pid)
+
+    def call(self, job: SandboxJob, timeout_secs: float) -> MeasureResult:
+        """Send ``job`` and return the child's result.
+
+        SandboxDied if the child exits first (it is then reaped), SandboxTimeout if no answer
+        comes within ``timeout_secs`` (the child's process group is then killed).
+        """
+        if not self.alive:
+            self.start()
+        self._log_mark = self._log_size()
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None
+        try:
+            write_message(proc.stdin, job)
+        except (BrokenPipeError, OSError):
+            raise SandboxDied(self._death()) from None
+        result = self._receive(time.monotonic() + timeout_secs)
+        if not isinstance(result, MeasureResult):
+            self.kill()
+            raise SandboxDied(f"sandbox answered with {type(result).__name__}")
+        return result
+
+    def _receive(self, deadline: float) -> Any:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        header = self._read(fd, _HEADER.size, deadline)
+        (size,) = _HEADER.unpack(header)
+        if size > MAX_MESSAGE_BYTES:
+            self.kill()
+            raise SandboxDied(f"sandbox sent a {size}-byte message")
+        return pickle.loads(self._read(fd, size, deadline))
+
+    def _read(self, fd: int, size: int, deadline: float) -> bytes:
+        chunks: list[bytes] = []
+        while size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise SandboxTimeout("sandbox did not answer in time; killed")
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if not readable:
+                continue
+            chunk = os.read(fd, min(size, 1 << 20))
+            if not chunk:
+                raise SandboxDied(self._death())
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def _death(self) -> str:
+        """Reap the dead child and say how it ended."""
+        proc = self._proc
+        assert proc is not None
+        try:
+            code = proc.wait(timeout=STOP_TIMEOUT_SECS)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = proc.returncode
+        self._close_pipes()
+        return f"sandbox process {proc.pid} {describe_exit(code)}"
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def stderr_tail(self, chars: int = STDERR_TAIL_CHARS) -> str:
+        """The end of what the child wrote to stderr since the last job was sent."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(self._log_mark, f.tell() - chars))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """Kill the child's process group (if running) and reap it."""
+        proc = self._proc
+        if proc is not None:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            self._close_pipes()
+        self._proc = None
+
+    def stop(self) -> None:
+        """Ask the child to exit; kill it if it does not within a few seconds."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None and proc.stdin is not None:
+            try:
+                write_message(proc.stdin, None)
+                proc.wait(timeout=STOP_TIMEOUT_SECS)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _close_pipes(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+if __name__ == "__main__":
+    # Run the imported module's main, not this __main__ copy's: pickled messages must name
+    # classes as tunehub.workers.sandbox.*, which is what the parent unpickles.
+    from tunehub.workers import sandbox
+
+    sandbox.main()
