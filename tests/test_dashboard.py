@@ -607,7 +607,8 @@ class DevTools:
 
 @needs_chromium
 def test_job_page_follows_a_live_job_and_cancels_it(tmp_path: Path, profile: Path) -> None:
-    """New records appear without a reload while the job is queued; Cancel really cancels."""
+    """New records appear without a reload while the job is queued; Cancel really cancels, and
+    the jobs list open in another tab follows."""
     assert CHROMIUM is not None
     home = tmp_path / "home"
     home.mkdir()
@@ -617,6 +618,9 @@ def test_job_page_follows_a_live_job_and_cancels_it(tmp_path: Path, profile: Pat
     with running_server(Settings(home=home, run_jobs=False)) as base:
         browser = DevTools(CHROMIUM, profile)
         try:
+            listing = browser.open(f"{base}/")
+            row = f"document.querySelector('#jobs-table tr[data-job-id=\"{job_id}\"]')"
+            assert browser.wait_for(listing, f"{row}?.dataset.state") == "queued"
             page = browser.open(f"{base}/jobs/{job_id}")
             browser.wait_for(page, "document.getElementById('job-summary')?.dataset.state")
             assert (
@@ -653,6 +657,8 @@ def test_job_page_follows_a_live_job_and_cancels_it(tmp_path: Path, profile: Pat
             assert browser.evaluate(page, "document.getElementById('cancel-button').hidden")
             with urllib.request.urlopen(f"{base}/api/v1/jobs/{job_id}", timeout=10) as answer:
                 assert json.load(answer)["state"] == "cancelled"
+            # the jobs list, open all along, follows the job it showed as queued
+            browser.wait_for(listing, f"{row}.dataset.state === 'cancelled'")
             assert browser.page_errors() == []
         finally:
             browser.close()

@@ -81,7 +81,10 @@ function renderSummary(job) {
     item("Started", when(job.started_at)),
     item("Finished", when(job.finished_at)),
     item("Elapsed", elapsed(job)),
-    item("Best record", job.best_record_uid ? el("code", {}, job.best_record_uid) : "\u2014"),
+    item(
+      "Best record",
+      job.best_record_uid ? el("code", { title: job.best_record_uid }, truncate(job.best_record_uid, 13)) : "\u2014",
+    ),
   ];
   if (job.error) {
     items.push(item("Error", el("pre", { class: "error-text" }, job.error), { cls: "wide job-error" }));
