@@ -148,6 +148,18 @@ def test_kernels_match_numpy_on_random_shapes(
     run_and_check(kernels[name, dtype, epilogue], m, n, k, dtype, epilogue, seed)
 
 
+def test_threaded_kernels_release_and_rebuild_their_buffers(
+    kernels: dict[tuple[str, str, str], GemmKernel],
+) -> None:
+    for name in ("avx2-6x2v-2t-ic", "avx2-6x2v-2t-jc"):
+        if not runnable(name):
+            pytest.skip("ISA not on this host")
+        kernel = kernels[name, "float32", "bias"]
+        run_and_check(kernel, 130, 70, 150, "float32", "bias", 0)
+        kernel.release_buffers()
+        run_and_check(kernel, 131, 69, 151, "float32", "bias", 1)
+
+
 @pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_kernels_match_numpy_around_block_edges(
     kernels: dict[tuple[str, str, str], GemmKernel], name: str
@@ -186,6 +198,9 @@ def test_kernel_reads_strided_rows_and_writes_into_a_view(build_dir: Path) -> No
     # column-strided input is copied, not misread
     c = kernel(np.asfortranarray(a), b, bias)
     np.testing.assert_allclose(c, view, rtol=1e-12, atol=1e-12)
+    # freed packing buffers come back on the next call
+    kernel.release_buffers()
+    np.testing.assert_allclose(kernel(a, b, bias), view, rtol=1e-12, atol=1e-12)
 
 
 def test_kernel_rejects_mismatched_operands(build_dir: Path) -> None:
@@ -338,6 +353,7 @@ def test_measure_reports_a_wrong_kernel(
             self.kernel = kernel
             self.dtype = kernel.dtype
             self.library = kernel.library
+            self.release_buffers = kernel.release_buffers
 
         def __call__(self, a, b, bias=None, *, out=None):  # type: ignore[no-untyped-def]
             c = self.kernel(a, b, bias, out=out)

@@ -488,6 +488,26 @@ int64_t tunehub_bench(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, 
     return r;
 }
 
+/* Free the packing buffers of the calling thread and, for a threaded kernel, of its OpenMP
+   team (the same pool threads run every call from this thread). The next call allocates
+   them again. */
+void tunehub_release(void)
+{
+#if THREADS > 1
+    #pragma omp parallel num_threads(THREADS)
+    {
+        free(tl_a);
+        tl_a = 0;
+        free(tl_b);
+        tl_b = 0;
+    }
+#endif
+    free(tl_a);
+    tl_a = 0;
+    free(tl_b);
+    tl_b = 0;
+}
+
 int tunehub_abi_version(void) { return ABI_VERSION; }
 """
 
@@ -496,8 +516,8 @@ def generate_source(p: BlisParams) -> str:
     """The complete C translation unit for ``p``.
 
     Exports ``tunehub_gemm(m, n, k, A, lda, B, ldb, C, ldc, bias)`` (row-major, returns 0 or
-    -1 when a packing buffer cannot be allocated), ``tunehub_bench(...)`` and
-    ``tunehub_abi_version()``.
+    -1 when a packing buffer cannot be allocated), ``tunehub_bench(...)``,
+    ``tunehub_release()`` (frees the packing buffers) and ``tunehub_abi_version()``.
     """
     v = _Vec(p)
     headers = ["stdint.h", "stdlib.h", "string.h", "time.h"]

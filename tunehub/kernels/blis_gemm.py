@@ -24,6 +24,7 @@ import os
 import secrets
 import socket
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -315,6 +316,17 @@ class GemmKernel:
             _F64, _F64, _F64, _I64, _I64, _PTR, _PTR,
         ]  # fmt: skip
         self._bench.restype = _I64
+        release = self._lib.tunehub_release
+        release.argtypes = []
+        release.restype = None
+        # A long-lived process loads many kernels; each one's packing buffers (up to L3/2)
+        # must not outlive it.
+        self._finalizer = weakref.finalize(self, release)
+
+    def release_buffers(self) -> None:
+        """Free the packing buffers now (of this thread and its OpenMP team); the kernel stays
+        usable and allocates them again on its next call. Also done when it is collected."""
+        self._lib.tunehub_release()
 
     def _operands(
         self, a: Array, b: Array, bias: Array | None, out: Array | None
@@ -546,6 +558,22 @@ class BlisGemmTemplate(Template):
             build_cached=lib.cached,
         )
 
+        try:
+            return self._verify_and_time(
+                kernel, workload, compile_secs, environment, min_secs, max_repeats
+            )
+        finally:
+            kernel.release_buffers()
+
+    def _verify_and_time(
+        self,
+        kernel: GemmKernel,
+        workload: Workload,
+        compile_secs: float,
+        environment: dict[str, Any],
+        min_secs: float,
+        max_repeats: int,
+    ) -> MeasureResult:
         start = time.perf_counter()
         seed = secrets.randbits(63)
         rng = np.random.default_rng(seed)
