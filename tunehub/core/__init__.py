@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tunehub.core.config import Config, KnobValue
 from tunehub.core.errors import InvalidSpec
+from tunehub.core.job import STRATEGIES as core_strategies
 from tunehub.core.job import Budget, Job, JobSpec, JobState
 from tunehub.core.keys import canonical_json, sha256_key
 from tunehub.core.records import (
@@ -34,6 +35,7 @@ __all__ = [
     "Target",
     "Workload",
     "canonical_json",
+    "core_strategies",
     "local_cpu_target",
     "sha256_key",
     "utc_now",

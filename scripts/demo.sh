@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up tunehub, start the service on the embedded defaults (SQLite in $TUNEHUB_HOME, local CPU
+# worker), tune a small demo GEMM through the API, print its schedule, and keep serving.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export TUNEHUB_HOME="${TUNEHUB_HOME:-$HOME/.tunehub}"
+port="${TUNEHUB_PORT:-8000}"
+url="http://127.0.0.1:${port}"
+.venv/bin/tunehub serve --port "$port" &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT INT TERM
+for _ in $(seq 1 120); do
+  curl -fsS "$url/healthz" >/dev/null 2>&1 && break
+  kill -0 "$server" 2>/dev/null || { echo "tunehub serve exited; see its log above" >&2; exit 1; }
+  sleep 0.5
+done
+echo "submitting a demo job: matmul 256x256x256 float32, 24 trials"
+job=$(curl -fsS -X POST "$url/api/v1/jobs" -H 'content-type: application/json' -d '{
+  "workload": {"op": "matmul", "m": 256, "n": 256, "k": 256, "dtype": "float32"},
+  "strategy": "random", "budget": {"max_trials": 24, "max_secs": 180}}')
+id=$(printf '%s' "$job" | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+echo "job $id queued: watch it on $url/jobs/$id"
+while :; do
+  state=$(curl -fsS "$url/api/v1/jobs/$id" | .venv/bin/python -c 'import json,sys; j=json.load(sys.stdin); print(j["state"], j["trials_done"], sep=" ")')
+  echo "  job $id: ${state% *} (${state#* } trials)"
+  case "${state% *}" in succeeded|failed|cancelled) break ;; esac
+  sleep 3
+done
+echo "schedule lookup:"
+echo "  curl '$url/api/v1/schedules/best?op=matmul&m=256&n=256&k=256&dtype=float32'"
+curl -fsS "$url/api/v1/schedules/best?op=matmul&m=256&n=256&k=256&dtype=float32" | .venv/bin/python -m json.tool
+echo
+echo "dashboard: $url/  (Ctrl-C stops the service)"
+wait $server

@@ -1,0 +1,98 @@
+"""A real tunehub server in a subprocess on a free loopback port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tunehub_env(home: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("TUNEHUB_DATABASE_URL", None)
+    env.update(
+        TUNEHUB_HOME=str(home),
+        TUNEHUB_MIN_REPEAT_SECS="0.02",
+        TUNEHUB_MEASURE_TIMEOUT_SECS="60",
+        TUNEHUB_TEMPLATE_MODULES="tests.faulty_template",
+        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    env.update(extra)
+    return env
+
+
+class LiveServer:
+    """``tunehub serve`` as a user runs it; ``restart`` kills it hard and starts it again."""
+
+    def __init__(self, home: Path, **env: str) -> None:
+        self.home = home
+        self.env = tunehub_env(home, **env)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = home / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_secs: float = 60.0) -> None:
+        log = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tunehub.cli", "serve", "--port", str(self.port)],
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_secs
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited {self.proc.returncode}:\n{self.logs()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"server not up after {timeout_secs}s:\n{self.logs()}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no shutdown hooks run, as in a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
+
+    def __enter__(self) -> LiveServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

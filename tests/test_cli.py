@@ -1,0 +1,79 @@
+"""The command line as a user runs it: tune, lookup, jobs, db, and its error messages."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.live import REPO, LiveServer, tunehub_env
+
+
+def tunehub(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tunehub.cli", *args],
+        cwd=REPO,
+        env=tunehub_env(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"tunehub {' '.join(args)} -> {proc.returncode}\n{proc.stderr}")
+    return proc
+
+
+@pytest.mark.slow
+def test_tune_then_lookup_and_jobs(tmp_path: Path) -> None:
+    out = tunehub(tmp_path, "tune", "33", "17", "29", "--trials", "3", "--json")
+    result = json.loads(out.stdout)
+    assert result["trials"] == 3
+    assert result["gflops"] > 0
+    assert "trials" in out.stderr  # the progress bar
+    found = json.loads(tunehub(tmp_path, "lookup", "33", "17", "29").stdout)
+    assert found["config"] == result["config"]
+    assert found["source"] == "exact"
+    listing = tunehub(tmp_path, "jobs").stdout
+    assert "succeeded" in listing and "matmul 33x17x29 float32" in listing
+
+
+def test_lookup_of_an_unknown_shape_exits_1(tmp_path: Path) -> None:
+    tunehub(tmp_path, "db", "upgrade")
+    proc = tunehub(tmp_path, "lookup", "5", "6", "7", check=False)
+    assert proc.returncode == 1
+    assert "no schedule known for matmul 5x6x7 float32" in proc.stderr
+
+
+def test_bad_sizes_get_a_message_naming_the_argument(tmp_path: Path) -> None:
+    proc = tunehub(tmp_path, "tune", "0", "16", "16", check=False)
+    assert proc.returncode == 2
+    assert "m" in proc.stderr and ">= 1" in proc.stderr
+    proc = tunehub(tmp_path, "tune", "16", "16", "16", "--dtype", "int4", check=False)
+    assert proc.returncode == 2 and "int4" in proc.stderr
+
+
+def test_db_upgrade_and_current(tmp_path: Path) -> None:
+    first = tunehub(tmp_path, "db", "upgrade").stdout
+    assert "empty ->" in first and "(head)" in first
+    current = tunehub(tmp_path, "db", "current").stdout
+    head = current.split("head ")[-1].strip()
+    assert f": {head}; head {head}" in current
+
+
+def test_serve_refuses_a_database_at_another_revision(tmp_path: Path) -> None:
+    tunehub(tmp_path, "db", "upgrade")
+    with sqlite3.connect(tmp_path / "tunehub.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'f00dfeed0000'")
+    proc = tunehub(tmp_path, "serve", "--port", "1", check=False)
+    assert proc.returncode == 1
+    assert "tunehub db upgrade" in proc.stderr
+
+
+def test_jobs_over_http(tmp_path: Path) -> None:
+    with LiveServer(tmp_path) as server:
+        proc = tunehub(tmp_path, "jobs", "--url", server.url)
+        assert "no jobs yet" in proc.stdout

@@ -1,0 +1,94 @@
+"""End to end: the real server, real HTTP, real compiler, real SQLite, real sandboxes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.live import LiveServer
+from tunehub.client import TunehubClient
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate, timeout_secs: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_secs
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise TimeoutError(what)
+
+
+def test_job_over_http_becomes_the_schedule_a_lookup_returns(tmp_path: Path) -> None:
+    shape = {"m": 97, "n": 80, "k": 71, "dtype": "float32"}
+    with LiveServer(tmp_path) as server, TunehubClient(server.url) as client:
+        assert client.best_schedule(shape) is None
+        job = client.submit_job(shape, max_trials=5, max_secs=240)
+        assert job["state"] == "queued"
+        done = client.wait(job["id"], timeout_secs=300)
+        assert done["state"] == "succeeded", (done, server.logs())
+        assert done["trials_done"] == 5
+        records = client.job_records(job["id"])
+        assert [r["trial"] for r in records] == [1, 2, 3, 4, 5]
+        ok = [r for r in records if r["status"] == "ok"]
+        assert ok, records
+        fastest = min(ok, key=lambda r: r["median_secs"])
+        assert all(len(r["repeat_secs"]) >= 3 for r in ok)
+
+        answer = client.best_schedule(shape)
+        assert answer is not None
+        assert answer["source"] == "exact"
+        assert answer["record_id"] == fastest["uid"]
+        assert answer["config"] == fastest["config"]
+        assert answer["median_secs"] == pytest.approx(fastest["median_secs"])
+        assert done["best_record_uid"] == fastest["uid"]
+
+
+def test_crashing_and_hanging_candidates_cost_one_record_each(tmp_path: Path) -> None:
+    with (
+        LiveServer(tmp_path, TUNEHUB_MEASURE_TIMEOUT_SECS="3") as server,
+        TunehubClient(server.url) as client,
+    ):
+        job = client.submit_job(
+            {"m": 8, "n": 8, "k": 8},
+            template="test.faulty",
+            strategy="exhaustive",
+            max_trials=100,
+            max_secs=120,
+        )
+        done = client.wait(job["id"], timeout_secs=120)
+        assert done["state"] == "succeeded", (done, server.logs())
+        by_mode = {r["config"]["mode"]: r for r in client.job_records(job["id"])}
+        assert by_mode["crash"]["status"] == "runtime_error"
+        assert by_mode["hang"]["status"] == "timeout"
+        assert by_mode["wrong"]["status"] == "wrong_answer"
+        assert by_mode["raise"]["status"] == "runtime_error"
+        assert by_mode["ok"]["status"] == "ok"
+        assert client.health()["runner"] is True
+
+
+def test_restart_mid_job_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    shape = {"m": 64, "n": 72, "k": 80, "dtype": "float64"}
+    trials = 10
+    server = LiveServer(tmp_path)
+    server.start()
+    try:
+        with TunehubClient(server.url) as client:
+            job_id = client.submit_job(shape, max_trials=trials, max_secs=600)["id"]
+            wait_for(
+                lambda: client.get_job(job_id)["trials_done"] >= 3, 240, "3 trials before restart"
+            )
+        server.restart()  # SIGKILL mid-job, then start again on the same data dir
+        with TunehubClient(server.url) as client:
+            done = client.wait(job_id, timeout_secs=400)
+            assert done["state"] == "succeeded", (done, server.logs())
+            records = client.job_records(job_id)
+            assert done["trials_done"] == trials
+            assert len(records) == trials
+            assert len({tuple(sorted(r["config"].items())) for r in records}) == trials
+            assert len({r["uid"] for r in records}) == trials
+    finally:
+        server.stop()

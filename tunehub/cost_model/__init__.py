@@ -1,0 +1,1 @@
+"""Cost models that rank configs before they are measured (the learned model lands here)."""

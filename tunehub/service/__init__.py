@@ -1,0 +1,1 @@
+"""The HTTP service: FastAPI app, routes, API schemas, dashboard pages and the job runner."""

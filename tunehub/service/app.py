@@ -1,0 +1,111 @@
+"""The FastAPI application: routers, error handlers, store and job runner lifecycle."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, status
+from fastapi.responses import JSONResponse
+
+import tunehub
+from tunehub.core import InvalidSpec
+from tunehub.db import ScheduleStore, SqlScheduleStore, check_at_head
+from tunehub.service import dashboard
+from tunehub.service.routes_jobs import router as jobs_router
+from tunehub.service.routes_schedules import router as schedules_router
+from tunehub.service.runner import JobRunner
+from tunehub.service.schemas import HealthOut
+from tunehub.service.settings import Settings
+from tunehub.workers.base import Measurer
+from tunehub.workers.local import LocalMeasurer
+
+log = logging.getLogger(__name__)
+
+
+def local_measurer_factory(settings: Settings) -> Callable[[], Measurer]:
+    def make() -> Measurer:
+        return LocalMeasurer(
+            build_dir=settings.build_dir,
+            timeout_secs=settings.measure_timeout_secs,
+            min_secs=settings.min_repeat_secs,
+            max_repeats=settings.max_repeats,
+        )
+
+    return make
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    store: ScheduleStore | None = None,
+    measurer_factory: Callable[[], Measurer] | None = None,
+) -> FastAPI:
+    """Build the app. Without ``store`` it opens ``settings``' database, which must be at the
+    Alembic head (else startup fails saying to run ``tunehub db upgrade``)."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = store is None
+        if store is None:
+            url = settings.resolved_database_url()
+            check_at_head(url)
+            app.state.store = SqlScheduleStore(url)
+        else:
+            app.state.store = store
+        runner: JobRunner | None = None
+        if settings.run_jobs:
+            runner = JobRunner(
+                app.state.store, measurer_factory or local_measurer_factory(settings)
+            )
+            runner.start()
+        app.state.runner = runner
+        try:
+            yield
+        finally:
+            if runner is not None:
+                runner.stop()
+            if owned:
+                app.state.store.close()
+
+    app = FastAPI(
+        title="tunehub",
+        version=tunehub.__version__,
+        summary="Autotuning service for compute kernels: submit tuning jobs, look up schedules.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+
+    @app.exception_handler(InvalidSpec)
+    async def invalid_spec(request: Request, exc: InvalidSpec) -> JSONResponse:
+        where = "body" if request.method in ("POST", "PUT", "PATCH") else "query"
+        return JSONResponse(
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+            content={
+                "detail": [
+                    {
+                        "loc": [where, *exc.field.split(".")],
+                        "msg": exc.reason,
+                        "type": "value_error",
+                    }
+                ]
+            },
+        )
+
+    @app.get("/healthz", response_model=HealthOut, operation_id="health", tags=["health"])
+    def health(request: Request) -> HealthOut:
+        runner: JobRunner | None = request.app.state.runner
+        return HealthOut(
+            status="ok",
+            version=tunehub.__version__,
+            database=type(request.app.state.store).__name__,
+            runner=runner is not None and runner.alive,
+        )
+
+    app.include_router(jobs_router)
+    app.include_router(schedules_router)
+    app.include_router(dashboard.router)
+    dashboard.mount_static(app)
+    return app

@@ -1,0 +1,54 @@
+"""Routes of the schedules resource: the compiler-facing lookup."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
+
+from tunehub.core import LOCAL_CPU, Workload
+from tunehub.core.workload import MAX_DIM
+from tunehub.service.deps import StoreDep, resolve_target
+from tunehub.service.schemas import Dtype, Epilogue, Layout, Op, ScheduleOut
+from tunehub.tuner.lookup import find_schedule
+
+router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"])
+
+QueryDim = Annotated[int, Query(ge=1, le=MAX_DIM)]
+
+
+@router.get(
+    "/best",
+    response_model=ScheduleOut,
+    operation_id="best_schedule",
+    summary="Best known schedule for a workload",
+    responses={404: {"description": "Nothing is known for this workload on this target."}},
+)
+def best_schedule(
+    store: StoreDep,
+    m: QueryDim,
+    n: QueryDim,
+    k: QueryDim,
+    op: Op = "matmul",
+    dtype: Dtype = "float32",
+    layout: Layout = "row_major",
+    epilogue: Epilogue = "none",
+    target: Annotated[
+        str, Query(min_length=1, max_length=64, description="`local-cpu` or a target key.")
+    ] = LOCAL_CPU,
+    template: Annotated[str | None, Query(max_length=64)] = None,
+) -> ScheduleOut:
+    """Answers from stored schedules in tiers: `exact` target, then same target `family`.
+
+    Never tunes: an unknown workload is a 404 (submit a job to tune it).
+    """
+    workload = Workload(op=op, m=m, n=n, k=k, dtype=dtype, layout=layout, epilogue=epilogue)
+    tgt = resolve_target(store, target)
+    answer = find_schedule(store, workload, tgt, template=template)
+    if answer is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            detail=f"no schedule known for {workload.label} on {tgt.label}; "
+            "submit a job (POST /api/v1/jobs) to tune it",
+        )
+    return ScheduleOut.model_validate(answer.to_dict())

@@ -1,0 +1,129 @@
+"""JobRunner: claims queued jobs and runs a tuning Session for each, in a background thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from tunehub.core import Job, JobState, local_cpu_target
+from tunehub.db.store import JobNotFound, ScheduleStore
+from tunehub.kernels.registry import get_template
+from tunehub.tuner import Progress, Session, make_strategy
+from tunehub.workers.base import Measurer
+
+log = logging.getLogger(__name__)
+
+
+class JobRunner:
+    """One thread that runs jobs one after another on this machine's CPU.
+
+    On start it requeues jobs left RUNNING by a previous process (a crash or a restart); their
+    Sessions resume from the stored records. On stop it interrupts the Session between batches
+    and leaves the job RUNNING, so the next start resumes it.
+    """
+
+    def __init__(
+        self,
+        store: ScheduleStore,
+        measurer_factory: Callable[[], Measurer],
+        *,
+        poll_secs: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.measurer_factory = measurer_factory
+        self.poll_secs = poll_secs
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._measurer: Measurer | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        requeued = self.store.requeue_running_jobs()
+        if requeued:
+            log.info("requeued interrupted jobs %s", requeued)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="tunehub-runner", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._measurer is not None:
+            self._measurer.close()
+            self._measurer = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self.store.claim_job()
+            except Exception:  # a database hiccup must not kill the runner
+                log.exception("claiming a job failed")
+                self._stop.wait(self.poll_secs * 4)
+                continue
+            if job is None:
+                self._stop.wait(self.poll_secs)
+                continue
+            self.run_job(job)
+
+    def _cancelled(self, job_id: int) -> bool:
+        if self._stop.is_set():
+            return True
+        try:
+            return self.store.get_job(job_id).state is JobState.CANCELLED
+        except JobNotFound:
+            return True
+
+    def run_job(self, job: Job) -> None:
+        """Run one claimed (RUNNING) job to its end and record how it ended."""
+        log.info("job %d: tuning %s", job.id, job.spec.workload.label)
+        try:
+            target = local_cpu_target()
+            if job.spec.target_key != target.target_key:
+                raise RuntimeError(
+                    f"no worker here for target {job.spec.target_key[:12]}: this service "
+                    f"measures only on {target.label} ({target.target_key[:12]})"
+                )
+            template = get_template(job.spec.template)
+            space = template.space(job.spec.workload, target)
+            strategy = make_strategy(job.spec.strategy, space, seed=job.spec.seed)
+            if self._measurer is None:
+                self._measurer = self.measurer_factory()
+
+            def report(p: Progress) -> None:
+                log.info("job %d: %d/%d trials", job.id, p.trials_done, p.max_trials)
+
+            result = Session(
+                store=self.store,
+                measurer=self._measurer,
+                template=template,
+                strategy=strategy,
+                workload=job.spec.workload,
+                target=target,
+                budget=job.spec.budget,
+                job_id=job.id,
+                on_progress=report,
+                should_stop=lambda: self._cancelled(job.id),
+            ).run()
+        except Exception as exc:
+            log.exception("job %d failed", job.id)
+            self._finish(job.id, JobState.FAILED, f"{type(exc).__name__}: {exc}")
+            return
+        if result.stopped_by == "cancelled":
+            return  # cancelled by request (state already set) or by shutdown (resumes later)
+        if result.best is None:
+            self._finish(job.id, JobState.FAILED, "no candidate measured ok")
+        else:
+            self._finish(job.id, JobState.SUCCEEDED, "")
+        log.info("job %d: %s after %d trials", job.id, result.stopped_by, result.trials_done)
+
+    def _finish(self, job_id: int, state: JobState, error: str) -> None:
+        try:
+            if self.store.get_job(job_id).state is JobState.RUNNING:
+                self.store.set_job_state(job_id, state, error=error)
+        except JobNotFound:
+            log.warning("job %d vanished while running", job_id)

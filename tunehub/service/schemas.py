@@ -1,0 +1,197 @@
+"""API payloads: ``*Request`` bodies and ``*Out`` responses, apart from rows and core types."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tunehub.core import LOCAL_CPU, Job, MeasureRecord, Target, Workload
+from tunehub.core.job import MAX_SECS, MAX_TRIALS
+from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, MAX_DIM, OPS
+
+Dim = Annotated[int, Field(ge=1, le=MAX_DIM, strict=True)]
+Op = Literal[OPS]  # type: ignore[valid-type]
+Dtype = Literal[DTYPES]  # type: ignore[valid-type]
+Layout = Literal[LAYOUTS]  # type: ignore[valid-type]
+Epilogue = Literal[EPILOGUES]  # type: ignore[valid-type]
+StrategyName = Literal["random", "exhaustive"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WorkloadSpec(_Strict):
+    """A GEMM C[m,n] = A[m,k] @ B[k,n] (+ epilogue), row-major."""
+
+    op: Op = Field(default="matmul", description="Operator; only `matmul` so far.")
+    m: Dim = Field(description="Rows of A and C.")
+    n: Dim = Field(description="Columns of B and C.")
+    k: Dim = Field(description="Columns of A, rows of B.")
+    dtype: Dtype = Field(default="float32", description="Element type of A, B and C.")
+    layout: Layout = Field(default="row_major", description="Memory layout of A, B and C.")
+    epilogue: Epilogue = Field(
+        default="none",
+        description="Fused after the product: `bias` adds bias[n] to each row, `bias_relu` "
+        "then clamps at zero.",
+    )
+
+    def to_core(self) -> Workload:
+        return Workload(**self.model_dump())
+
+
+class BudgetSpec(_Strict):
+    max_trials: int = Field(
+        default=32, ge=1, le=MAX_TRIALS, strict=True, description="Stop after this many trials."
+    )
+    max_secs: float = Field(
+        default=300.0, gt=0, le=MAX_SECS, description="Stop after this much wall time."
+    )
+
+
+class JobRequest(_Strict):
+    """Body of ``POST /api/v1/jobs``."""
+
+    workload: WorkloadSpec
+    target: str = Field(
+        default=LOCAL_CPU,
+        min_length=1,
+        max_length=64,
+        description="`local-cpu` (the service's own CPU) or a stored target key.",
+    )
+    template: str = Field(default="blis.gemm", min_length=1, max_length=64)
+    strategy: StrategyName = Field(default="random", description="Search strategy.")
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seed of the strategy.")
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "workload": {"op": "matmul", "m": 256, "n": 256, "k": 256, "dtype": "float32"},
+                    "target": "local-cpu",
+                    "strategy": "random",
+                    "budget": {"max_trials": 32, "max_secs": 120},
+                }
+            ]
+        },
+    )
+
+
+class JobOut(BaseModel):
+    id: int
+    state: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    workload: WorkloadSpec
+    workload_key: str
+    workload_label: str
+    target_key: str
+    target_label: str
+    template: str
+    strategy: str
+    budget: BudgetSpec
+    seed: int
+    trials_done: int = Field(description="Trials measured so far (every status counts).")
+    best_gflops: float | None = Field(description="Best GFLOP/s among `ok` trials so far.")
+    best_median_secs: float | None
+    best_record_uid: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str
+
+    @classmethod
+    def from_core(cls, job: Job, target: Target | None) -> JobOut:
+        w = job.spec.workload
+        return cls(
+            id=job.id,
+            state=job.state.value,
+            workload=WorkloadSpec(**w.to_dict()),
+            workload_key=w.key,
+            workload_label=w.label,
+            target_key=job.spec.target_key,
+            target_label=target.label if target else job.spec.target_key[:12],
+            template=job.spec.template,
+            strategy=job.spec.strategy,
+            budget=BudgetSpec(**job.spec.budget.to_dict()),
+            seed=job.spec.seed,
+            trials_done=job.trials_done,
+            best_gflops=job.best_gflops,
+            best_median_secs=job.best_median_secs,
+            best_record_uid=job.best_record_uid,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            error=job.error,
+        )
+
+
+class JobListOut(BaseModel):
+    items: list[JobOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class RecordOut(BaseModel):
+    uid: str
+    trial: int = Field(description="1-based position of this record in its job.")
+    config: dict[str, Any]
+    status: Literal["ok", "invalid", "build_error", "runtime_error", "wrong_answer", "timeout"]
+    median_secs: float | None = Field(description="Median of `repeat_secs`; null unless ok.")
+    gflops: float | None
+    repeat_secs: list[float] = Field(description="Every timed repeat, in seconds.")
+    error: str
+    compile_secs: float
+    verify_secs: float
+    run_secs: float
+    created_at: datetime
+
+    @classmethod
+    def from_core(cls, record: MeasureRecord, trial: int) -> RecordOut:
+        res = record.result
+        return cls(
+            uid=record.uid,
+            trial=trial,
+            config=record.config.to_dict(),
+            status=res.status.value,
+            median_secs=res.median_secs,
+            gflops=record.gflops,
+            repeat_secs=list(res.repeat_secs),
+            error=res.error,
+            compile_secs=res.compile_secs,
+            verify_secs=res.verify_secs,
+            run_secs=res.run_secs,
+            created_at=record.created_at,
+        )
+
+
+class RecordListOut(BaseModel):
+    items: list[RecordOut]
+
+
+class ScheduleOut(BaseModel):
+    """The answer of ``GET /api/v1/schedules/best``."""
+
+    config: dict[str, Any] = Field(description="Knob values, spelled as the kernel spells them.")
+    template: str
+    template_version: int
+    median_secs: float
+    gflops: float
+    source: Literal["exact", "family"] = Field(
+        description="`exact`: tuned on this target; `family`: tuned on another target of the "
+        "same CPU model and ISA."
+    )
+    record_id: str = Field(description="uid of the measurement behind this schedule.")
+    target_key: str = Field(description="Target the schedule was measured on.")
+    workload_key: str
+    updated_at: datetime
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+    version: str
+    database: str
+    runner: bool

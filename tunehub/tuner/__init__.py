@@ -1,0 +1,26 @@
+"""Search strategies (ask/tell), the tuning Session, and schedule lookup."""
+
+from __future__ import annotations
+
+from tunehub.tuner.lookup import LookupAnswer, find_schedule
+from tunehub.tuner.session import Progress, Session, SessionResult
+from tunehub.tuner.strategy import (
+    STRATEGIES,
+    ExhaustiveStrategy,
+    RandomStrategy,
+    Strategy,
+    make_strategy,
+)
+
+__all__ = [
+    "STRATEGIES",
+    "ExhaustiveStrategy",
+    "LookupAnswer",
+    "Progress",
+    "RandomStrategy",
+    "Session",
+    "SessionResult",
+    "Strategy",
+    "find_schedule",
+    "make_strategy",
+]

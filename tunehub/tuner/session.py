@@ -1,0 +1,156 @@
+"""Session: the tuning loop that serves one job (ask → measure → store → tell, to a budget)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tunehub.core import (
+    Budget,
+    MeasureRecord,
+    MeasureRequest,
+    MeasureStatus,
+    Target,
+    Workload,
+)
+from tunehub.db.store import ScheduleStore
+from tunehub.kernels.base import Template
+from tunehub.tuner.strategy import Strategy
+from tunehub.workers.base import Measurer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a session stands after a batch."""
+
+    trials_done: int
+    max_trials: int
+    elapsed_secs: float
+    best: MeasureRecord | None
+    last: tuple[MeasureRecord, ...]
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    trials_done: int
+    best: MeasureRecord | None
+    stopped_by: str  # "max_trials" | "max_secs" | "exhausted" | "cancelled"
+    elapsed_secs: float
+
+
+def _faster(a: MeasureRecord | None, b: MeasureRecord) -> MeasureRecord | None:
+    """The faster ok record of the two (``a`` may be None)."""
+    if b.result.status is not MeasureStatus.OK:
+        return a
+    if a is None or (b.median_secs or 0) < (a.median_secs or 0):
+        return b
+    return a
+
+
+class Session:
+    """Runs the tuning loop for one workload on one target with one template.
+
+    History — the job's own records when it resumes after a restart — is told to the strategy
+    first, so no config is measured twice and trials already done count against the budget.
+    ``max_secs`` counts the wall time of this run only.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: ScheduleStore,
+        measurer: Measurer,
+        template: Template,
+        strategy: Strategy,
+        workload: Workload,
+        target: Target,
+        budget: Budget,
+        job_id: int | None = None,
+        batch_size: int = 2,
+        on_progress: Callable[[Progress], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self.store = store
+        self.measurer = measurer
+        self.template = template
+        self.strategy = strategy
+        self.workload = workload
+        self.target = target
+        self.budget = budget
+        self.job_id = job_id
+        self.batch_size = max(1, batch_size)
+        self.on_progress = on_progress
+        self.should_stop = should_stop or (lambda: False)
+
+    def _history(self) -> list[MeasureRecord]:
+        if self.job_id is None:
+            return []
+        return self.store.job_records(self.job_id)
+
+    def run(self) -> SessionResult:
+        start = time.monotonic()
+        history = self._history()
+        self.strategy.tell(history)
+        trials = len(history)
+        best: MeasureRecord | None = None
+        for record in history:
+            best = _faster(best, record)
+        if history:
+            log.info("job %s resumes with %d stored trials", self.job_id, trials)
+
+        stopped_by = "max_trials"
+        while True:
+            elapsed = time.monotonic() - start
+            if trials >= self.budget.max_trials:
+                stopped_by = "max_trials"
+                break
+            if elapsed >= self.budget.max_secs:
+                stopped_by = "max_secs"
+                break
+            if self.should_stop():
+                stopped_by = "cancelled"
+                break
+            configs = self.strategy.ask(min(self.batch_size, self.budget.max_trials - trials))
+            if not configs:
+                stopped_by = "exhausted"
+                break
+            requests = [
+                MeasureRequest(
+                    workload=self.workload,
+                    target=self.target,
+                    template=self.template.name,
+                    template_version=self.template.version,
+                    config=config,
+                )
+                for config in configs
+            ]
+            results = self.measurer.measure(requests)
+            records = [
+                MeasureRecord(request=req, result=res, job_id=self.job_id)
+                for req, res in zip(requests, results, strict=True)
+            ]
+            self.store.commit_records(records)
+            self.strategy.tell(records)
+            trials += len(records)
+            for record in records:
+                best = _faster(best, record)
+            if self.on_progress is not None:
+                self.on_progress(
+                    Progress(
+                        trials_done=trials,
+                        max_trials=self.budget.max_trials,
+                        elapsed_secs=time.monotonic() - start,
+                        best=best,
+                        last=tuple(records),
+                    )
+                )
+        return SessionResult(
+            trials_done=trials,
+            best=best,
+            stopped_by=stopped_by,
+            elapsed_secs=time.monotonic() - start,
+        )
