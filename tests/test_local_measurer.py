@@ -155,3 +155,13 @@ def test_measures_blis_gemm_in_the_sandbox_with_a_shared_build_cache(tmp_path: P
     assert second.environment["build_cached"] is True  # same child, same build dir
     assert len(list(build_dir.glob("*.so"))) == 1
     assert done == [first, second]
+
+
+def test_a_plugin_that_fails_to_import_is_a_runtime_error(tmp_path: Path) -> None:
+    env = {**PLUGIN_ENV, "TUNEHUB_TEMPLATE_MODULES": "tests.faulty_template,tests.no_such_plugin"}
+    with LocalMeasurer(workdir=tmp_path, timeout_secs=HANG_TIMEOUT, env=env) as m:
+        results = m.measure([faulty("ok"), faulty("ok")])
+    for result in results:
+        assert result.status is MeasureStatus.RUNTIME_ERROR
+        assert "No module named 'tests.no_such_plugin'" in result.error
+    assert m.sandbox_starts == 1  # the child reports it; it does not die of it

@@ -349,8 +349,15 @@ class GemmKernel:
             bias = None
         if out is None:
             out = np.empty((m, n), dtype=self.dtype)
-        elif out.shape != (m, n) or out.dtype != self.dtype or out.strides[1] != out.itemsize:
-            raise ValueError(f"out must be a ({m}, {n}) {self.dtype} array with unit column stride")
+        elif (
+            out.shape != (m, n)
+            or out.dtype != self.dtype
+            or out.strides[1] != out.itemsize
+            or not out.flags.writeable
+        ):
+            raise ValueError(
+                f"out must be a writeable ({m}, {n}) {self.dtype} array with unit column stride"
+            )
         return a, b, bias, out
 
     def _args(self, a: Array, b: Array, bias: Array | None, out: Array) -> list[Any]:

@@ -59,13 +59,16 @@ def _load_plugins() -> None:
         for module in names:
             if module in _loaded_plugins:
                 continue
+            importlib.import_module(module)  # a failing import raises again on the next lookup
             _loaded_plugins.add(module)
-            importlib.import_module(module)
             log.debug("loaded template plugin module %s", module)
 
 
 def get_template(name: str) -> Template:
-    """The template registered as ``name``; UnknownTemplate (a KeyError) if none."""
+    """The template registered as ``name``; UnknownTemplate (a KeyError) if none.
+
+    ImportError (or whatever a plugin module raises) if a plugin module cannot be imported.
+    """
     _load_plugins()
     with _lock:
         template = _templates.get(name)

@@ -50,6 +50,12 @@ def _child_env(build_dir: Path | None, extra: Mapping[str, str] | None) -> dict[
     return env
 
 
+def _shutdown(sandbox: SandboxProcess, workdir: Path | None) -> None:
+    sandbox.stop()
+    if workdir is not None:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 class LocalMeasurer(Measurer):
     """Measures each request in a long-lived sandbox child (``tunehub.workers.sandbox``).
 
@@ -101,8 +107,10 @@ class LocalMeasurer(Measurer):
         )
         self._lock = threading.Lock()
         self._closed = False
-        # A measurer that is never closed still takes its child down with it.
-        self._finalizer = weakref.finalize(self, self._sandbox.stop)
+        # A measurer that is never closed still takes its child (and temp workdir) with it.
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self._sandbox, self.workdir if self._owns_workdir else None
+        )
 
     @property
     def sandbox_pid(self) -> int | None:
@@ -175,8 +183,6 @@ class LocalMeasurer(Measurer):
                 return
             self._closed = True
             self._finalizer()
-            if self._owns_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> LocalMeasurer:
         return self

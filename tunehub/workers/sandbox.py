@@ -103,6 +103,8 @@ def measure_job(job: SandboxJob) -> MeasureResult:
         template = get_template(request.template)
     except UnknownTemplate as exc:
         return _failure(MeasureStatus.INVALID, str(exc))
+    except Exception as exc:  # a plugin module that fails to import
+        return _failure(MeasureStatus.RUNTIME_ERROR, _describe(exc))
     if request.template_version != template.version:
         return _failure(
             MeasureStatus.INVALID,
@@ -120,8 +122,12 @@ def measure_job(job: SandboxJob) -> MeasureResult:
         return result
     except Exception as exc:
         log.exception("measuring %s failed", request.template)
-        tail = "".join(traceback.format_exception(exc))[-TRACEBACK_TAIL_CHARS:]
-        return _failure(MeasureStatus.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}\n{tail}")
+        return _failure(MeasureStatus.RUNTIME_ERROR, _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    tail = "".join(traceback.format_exception(exc))[-TRACEBACK_TAIL_CHARS:]
+    return f"{type(exc).__name__}: {exc}\n{tail}"
 
 
 def serve(inp: BinaryIO | IO[bytes], out: BinaryIO | IO[bytes]) -> None:
