@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# ISA name -> (vector bytes, vector registers). "generic" is the GCC vector-extension kernel;
-# on aarch64 it has 32 registers (NEON), elsewhere we assume the x86 SSE count.
+# Vector width and register count per micro-kernel ISA. "generic" is the GCC vector-extension
+# kernel: 16-byte vectors (SSE, NEON), with 32 registers on aarch64 and the SSE count elsewhere.
 ISA_VECTOR_BYTES = {"avx512": 64, "avx2": 32, "generic": 16}
 ISA_REGISTERS = {"avx512": 32, "avx2": 16, "generic": 16}
 ISA_REGISTERS_AARCH64 = 32
