@@ -28,7 +28,7 @@ from tunehub.db import (
 from tunehub.db.migrate import MIGRATIONS_DIR, alembic_config
 from tunehub.db.tables import Base, TargetRow
 
-TABLES = {"targets", "workloads", "jobs", "records", "schedules"}
+TABLES = {"targets", "workloads", "jobs", "records", "schedules", "baselines"}
 
 
 def _differences(url: str, metadata: MetaData) -> list[object]:
@@ -46,7 +46,7 @@ def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'new.db'}"
     assert current_revision(url) is None
     upgrade(url)
-    assert current_revision(url) == head_revision() == "0001"
+    assert current_revision(url) == head_revision() == "0002"
     check_at_head(url)
     upgrade(url)  # at head already: nothing to do
     engine = make_engine(url)
@@ -75,6 +75,27 @@ def test_a_database_at_an_older_revision_is_out_of_date(tmp_path: Path) -> None:
         check_at_head(url)
     upgrade(url)
     check_at_head(url)
+
+
+def test_upgrade_from_0001_keeps_the_data_and_adds_baselines(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'v1.db'}"
+    upgrade(url, revision="0001")
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workloads VALUES ('w', 'matmul', 8, 8, 8, 'float32', 'row_major',"
+                " 'none', '2026-11-22 00:00:00+00:00')"
+            )
+        )
+    with pytest.raises(SchemaOutOfDate, match="0001"):
+        check_at_head(engine)
+    upgrade(engine)
+    check_at_head(engine)
+    assert "baselines" in inspect(engine).get_table_names()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT m FROM workloads")).scalar_one() == 8
+    engine.dispose()
 
 
 def test_a_database_from_a_newer_tunehub_names_both_revisions(tmp_path: Path) -> None:
@@ -109,7 +130,8 @@ def test_the_migrations_ship_as_package_data() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
     assert (MIGRATIONS_DIR / "script.py.mako").is_file()
     assert [p.name for p in sorted((MIGRATIONS_DIR / "versions").glob("*.py"))] == [
-        "0001_initial.py"
+        "0001_initial.py",
+        "0002_baselines.py",
     ]
 
 

@@ -544,6 +544,39 @@ def test_commit_records_is_one_transaction(sql_url: str, monkeypatch: pytest.Mon
 
 
 @pytest.mark.postgres
+def test_baseline_is_the_latest_ok_library_time_per_thread_count(store: ScheduleStore) -> None:
+    keys = {"workload_key": SQUARE.key, "target_key": CPU.target_key}
+    assert store.get_baseline(**keys, threads=1) is None
+    first = record(2e-3, template="numpy.matmul", config={"threads": 1})
+    assert store.commit_baseline(first) is True
+    assert store.commit_baseline(first) is False  # same uid: a no-op
+    two = record(1e-3, template="numpy.matmul", config={"threads": 2})
+    failed = record(None, template="numpy.matmul", config={"threads": 1})
+    store.commit_baseline(two)
+    store.commit_baseline(failed)  # stored as a record, never as the baseline
+    got = store.get_baseline(**keys, threads=1)
+    assert got is not None and got.uid == first.uid and got.median_secs == first.median_secs
+    later = record(3e-3, template="numpy.matmul", config={"threads": 1})
+    store.commit_baseline(later)  # latest wins: a library is measured, not tuned
+    got = store.get_baseline(**keys, threads=1, template="numpy.matmul")
+    assert got is not None and got.uid == later.uid
+    got2 = store.get_baseline(**keys, threads=2)
+    assert got2 is not None and got2.uid == two.uid
+    assert store.get_baseline(**keys, threads=1, template="mkl") is None
+    # Baselines never become schedules, and their records are history like any other.
+    assert store.get_schedule(**keys) is None
+    assert {r.uid for r in store.records_for(**keys)} == {first.uid, two.uid, failed.uid, later.uid}
+
+
+def test_baselines_belong_to_no_job_and_need_a_thread_count(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    with pytest.raises(ValueError, match="no job"):
+        store.commit_baseline(record(1e-3, template="numpy.matmul", job_id=job_id))
+    with pytest.raises(ValueError, match="threads"):
+        store.commit_baseline(record(1e-3, template="numpy.matmul", config={"threads": 0}))
+    assert store.get_baseline(workload_key=SQUARE.key, target_key=CPU.target_key, threads=1) is None
+
+
 def test_times_are_utc_whatever_the_session_time_zone(pg_store: SqlScheduleStore) -> None:
     mine = record(1e-3)
     pg_store.commit_records([mine])

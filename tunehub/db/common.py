@@ -132,3 +132,19 @@ def schedule_of(record: MeasureRecord, updated_at: datetime) -> Schedule:
         record_uid=record.uid,
         updated_at=updated_at.astimezone(UTC),
     )
+
+
+def baseline_threads(record: MeasureRecord) -> int:
+    """The thread count a baseline record was measured with (its ``threads`` knob, else 1)."""
+    threads = record.config.get("threads", 1)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(
+            f"config.threads: a baseline needs a positive thread count, got {threads!r}"
+        )
+    return threads
+
+
+def check_baseline(record: MeasureRecord) -> None:
+    if record.job_id is not None:
+        raise ValueError("a baseline record belongs to no job (job_id must be None)")
+    baseline_threads(record)

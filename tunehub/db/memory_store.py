@@ -14,12 +14,15 @@ from tunehub.core import (
     JobSpec,
     JobState,
     MeasureRecord,
+    MeasureStatus,
     Schedule,
     Target,
     Workload,
     utc_now,
 )
 from tunehub.db.common import (
+    baseline_threads,
+    check_baseline,
     check_page,
     check_records,
     check_spec,
@@ -57,6 +60,8 @@ class MemoryScheduleStore(ScheduleStore):
         # does: earlier commits first, by uid within one commit.
         self._records: dict[str, tuple[int, MeasureRecord]] = {}
         self._schedules: dict[tuple[str, str, str], Schedule] = {}
+        # (workload_key, target_key, template, threads) -> uid of the latest ok record
+        self._baselines: dict[tuple[str, str, str, int], str] = {}
 
     # --- targets and workloads -------------------------------------------------------------
     def put_target(self, target: Target) -> None:
@@ -230,6 +235,41 @@ class MemoryScheduleStore(ScheduleStore):
         return found
 
     # --- helpers (called with the lock held) -----------------------------------------------
+    # --- baselines -------------------------------------------------------------------------
+    def commit_baseline(self, record: MeasureRecord) -> bool:
+        check_baseline(record)
+        (record,) = check_records([record])
+        with self._lock:
+            if record.uid in self._records:
+                return False
+            record = _copy_record(record)
+            self._put_target(record.request.target)
+            self._workloads.setdefault(record.request.workload.key, record.request.workload)
+            self._records[record.uid] = (len(self._records), record)
+            if record.status is MeasureStatus.OK:
+                request = record.request
+                key = (
+                    request.workload.key,
+                    request.target.target_key,
+                    request.template,
+                    baseline_threads(record),
+                )
+                self._baselines[key] = record.uid
+            return True
+
+    def get_baseline(
+        self, *, workload_key: str, target_key: str, threads: int, template: str | None = None
+    ) -> MeasureRecord | None:
+        with self._lock:
+            found = [
+                self._records[uid][1]
+                for (w, t, tmpl, n), uid in self._baselines.items()
+                if (w, t, n) == (workload_key, target_key, threads)
+                and (template is None or tmpl == template)
+            ]
+        found.sort(key=lambda r: (r.median_secs or 0.0, r.request.template))
+        return found[0] if found else None
+
     def _put_target(self, target: Target) -> None:
         if target.target_key not in self._targets:
             self._targets[target.target_key] = _copy_target(target)

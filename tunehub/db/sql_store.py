@@ -27,6 +27,8 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.db.common import (
+    baseline_threads,
+    check_baseline,
     check_page,
     check_records,
     check_spec,
@@ -41,6 +43,7 @@ from tunehub.db.engine import make_engine, safe_url, session_scope, write_engine
 from tunehub.db.store import JobNotFound, ScheduleStore
 from tunehub.db.tables import (
     Base,
+    BaselineRow,
     JobRow,
     RecordRow,
     ScheduleRow,
@@ -309,6 +312,55 @@ class SqlScheduleStore(ScheduleStore):
             return [_schedule(row) for row in session.scalars(query)]
 
     # --- helpers ---------------------------------------------------------------------------
+    # --- baselines -------------------------------------------------------------------------
+    def commit_baseline(self, record: MeasureRecord) -> bool:
+        check_baseline(record)
+        batch = check_records([record])
+        with session_scope(self._write) as session:
+            self._put_targets(session, [record.request.target])
+            self._put_workloads(session, [record.request.workload])
+            new = record.uid in self._insert_records(session, batch)
+            if new and record.status is MeasureStatus.OK:
+                stmt = self._insert(BaselineRow).values(
+                    workload_key=record.request.workload.key,
+                    target_key=record.request.target.target_key,
+                    template=record.request.template,
+                    threads=baseline_threads(record),
+                    median_secs=record.median_secs,
+                    record_uid=record.uid,
+                    updated_at=utc_now(),
+                )
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=["workload_key", "target_key", "template", "threads"],
+                    set_={
+                        name: stmt.excluded[name]
+                        for name in ("median_secs", "record_uid", "updated_at")
+                    },
+                )
+                session.execute(stmt)
+        return new
+
+    def get_baseline(
+        self, *, workload_key: str, target_key: str, threads: int, template: str | None = None
+    ) -> MeasureRecord | None:
+        query = (
+            _records_query()
+            .join(BaselineRow, BaselineRow.record_uid == RecordRow.uid)
+            .where(
+                BaselineRow.workload_key == workload_key,
+                BaselineRow.target_key == target_key,
+                BaselineRow.threads == threads,
+            )
+            .order_by(None)
+            .order_by(BaselineRow.median_secs, BaselineRow.template)
+            .limit(1)
+        )
+        if template is not None:
+            query = query.where(BaselineRow.template == template)
+        with session_scope(self._read) as session:
+            found = _records(session, query)
+        return found[0] if found else None
+
     def _insert(self, row: type[Base]) -> _Insert:
         if self._engine.dialect.name == "postgresql":
             return postgresql.insert(table(row))

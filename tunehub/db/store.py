@@ -131,5 +131,22 @@ class ScheduleStore(ABC):
     def target_schedules(self, *, target_key: str, template: str | None = None) -> list[Schedule]:
         """Every schedule on one target (for predicting unseen shapes), any order."""
 
+    # --- baselines -------------------------------------------------------------------------
+    @abstractmethod
+    def commit_baseline(self, record: MeasureRecord) -> bool:
+        """Store a vendor library's measurement (a Baseline) in one transaction.
+
+        The record (of a baseline template such as ``numpy.matmul``, config ``{"threads": n}``,
+        no job) is stored with the other records, and, if ok, becomes the Baseline for
+        (workload, target, template, threads): the latest ok measurement wins, since a library
+        is not tuned. Schedules are never touched. Returns whether the record was new.
+        """
+
+    @abstractmethod
+    def get_baseline(
+        self, *, workload_key: str, target_key: str, threads: int, template: str | None = None
+    ) -> MeasureRecord | None:
+        """The Baseline's record for ``threads`` threads (the fastest library if none named)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Dispose of connections."""

@@ -184,6 +184,25 @@ class ScheduleRow(Base):
     updated_at: Mapped[datetime]
 
 
+class BaselineRow(Base):
+    """The latest ok measurement of a vendor library (a baseline template) for (workload,
+    target, library, threads); the measurement itself is a row of ``records``."""
+
+    __tablename__ = "baselines"
+
+    workload_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("workloads.workload_key"), primary_key=True
+    )
+    target_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("targets.target_key"), primary_key=True
+    )
+    template: Mapped[str] = mapped_column(String(64), primary_key=True)
+    threads: Mapped[int] = mapped_column(Integer, primary_key=True)
+    median_secs: Mapped[float] = mapped_column(Float)
+    record_uid: Mapped[str] = mapped_column(String(UID_LENGTH), ForeignKey("records.uid"))
+    updated_at: Mapped[datetime]
+
+
 def table(row: type[Base]) -> Table:
     """The Core ``Table`` of a row class (for bulk and dialect-specific statements)."""
     result = row.__table__
