@@ -125,6 +125,7 @@ BAD_BODIES = [
     ({"workload": SHAPE, "budget": {"max_trials": 10**7}}, ["body", "budget", "max_trials"]),
     ({"workload": SHAPE, "budget": {"max_secs": -1}}, ["body", "budget", "max_secs"]),
     ({"workload": SHAPE, "template": "nope.gemm"}, ["body", "template"]),
+    ({"workload": SHAPE, "template": "numpy.matmul"}, ["body", "template"]),
     ({"workload": SHAPE, "target": "f" * 64}, ["body", "target"]),
     ({"workload": SHAPE, "colour": "blue"}, ["body", "colour"]),
     ({}, ["body", "workload"]),
@@ -211,3 +212,31 @@ def test_lookup_tiers_exact_then_family(client: TestClient, store: MemorySchedul
     assert exact["gflops"] == pytest.approx(workload.flops / 1e-3 / 1e9)
     by_key = client.get("/api/v1/schedules/best", params={**params, "target": local.target_key})
     assert by_key.json()["record_id"] == fast.uid
+    assert exact["baseline"] is None and exact["speedup_vs_baseline"] is None
+
+
+def baseline_record(target: Target, workload: Workload, threads: int, secs: float):
+    req = MeasureRequest(workload, target, "numpy.matmul", 1, Config({"threads": threads}))
+    env = {"blas": "openblas", "blas_version": "0.3.31"}
+    result = MeasureResult(MeasureStatus.OK, repeat_secs=(secs,), environment=env)
+    return MeasureRecord(request=req, result=result)
+
+
+def test_lookup_compares_with_the_baseline_of_the_same_thread_count(
+    client: TestClient, store: MemoryScheduleStore
+) -> None:
+    local = local_cpu_target()
+    workload = Workload(m=40, n=40, k=40)
+    params = {"m": 40, "n": 40, "k": 40}
+    store.commit_records([record(local, workload, {"MR": 8, "threads": 2}, 1e-3)])
+    store.commit_baseline(baseline_record(local, workload, 1, 1.5e-3))
+    store.commit_baseline(baseline_record(local, workload, 2, 0.8e-3))
+    answer = client.get("/api/v1/schedules/best", params=params).json()
+    assert answer["baseline"]["threads"] == 2
+    assert answer["baseline"]["library"] == "openblas 0.3.31"
+    assert answer["speedup_vs_baseline"] == pytest.approx(0.8)
+    assert answer["baseline_faster"] is True
+    store.commit_records([record(local, workload, {"MR": 4, "threads": 2}, 0.5e-3)])
+    answer = client.get("/api/v1/schedules/best", params=params).json()
+    assert answer["speedup_vs_baseline"] == pytest.approx(1.6)
+    assert answer["baseline_faster"] is False

@@ -45,6 +45,13 @@ def test_job_over_http_becomes_the_schedule_a_lookup_returns(tmp_path: Path) -> 
         assert answer["config"] == fastest["config"]
         assert answer["median_secs"] == pytest.approx(fastest["median_secs"])
         assert done["best_record_uid"] == fastest["uid"]
+        # The vendor library was timed in the same worker for the schedule's thread count.
+        baseline = answer["baseline"]
+        assert baseline is not None, answer
+        assert baseline["threads"] == answer["config"]["threads"]
+        assert answer["speedup_vs_baseline"] == pytest.approx(
+            baseline["median_secs"] / answer["median_secs"]
+        )
 
 
 def test_crashing_and_hanging_candidates_cost_one_record_each(tmp_path: Path) -> None:

@@ -178,6 +178,66 @@ def test_session_stops_when_asked() -> None:
     assert store.get_job(job_id).state is JobState.QUEUED  # the session never touches state
 
 
+def test_prior_configs_come_first_and_only_once() -> None:
+    space = small_space()
+    prior = [Config({"MR": 8, "NR": 8}), Config({"MR": 8, "NR": 16})]  # the second is invalid
+    strategy = make_strategy("random", space, seed=5, prior=prior)
+    first, *rest = strategy.ask(len(space) + 5)
+    assert first == prior[0]
+    assert prior[0] not in rest and prior[1] not in rest
+    assert len(rest) == len(space) - 1
+
+
+class _Baseline:
+    name = "numpy.matmul"
+    version = 1
+
+
+def baseline_history() -> list[MeasureRecord]:
+    out = []
+    for threads, secs in ((1, 0.05), (2, 0.03)):
+        req = MeasureRequest(WORKLOAD, TARGET, "numpy.matmul", 1, Config({"threads": threads}))
+        out.append(
+            MeasureRecord(request=req, result=MeasureResult(MeasureStatus.OK, repeat_secs=(secs,)))
+        )
+    return out
+
+
+def test_session_measures_each_missing_baseline_once() -> None:
+    store = MemoryScheduleStore()
+    budget = Budget(max_trials=2, max_secs=60)
+    space = SearchSpace(
+        knobs=(Knob("MR", (2, 4, 8)), Knob("NR", (4, 8)), Knob("threads", (1, 2))),
+    )
+    measurer = ReplayMeasurer([*history(small_space()), *baseline_history()])
+
+    def session() -> Session:
+        return Session(
+            store=store,
+            measurer=measurer,
+            template=_Template(),  # type: ignore[arg-type]
+            strategy=RandomStrategy(space),
+            workload=WORKLOAD,
+            target=TARGET,
+            budget=budget,
+            job_id=new_job(store, budget),
+            baseline=_Baseline(),  # type: ignore[arg-type]
+        )
+
+    first = session()
+    assert first.baseline_threads() == (1, 2)
+    first.run()
+    keys = {"workload_key": WORKLOAD.key, "target_key": TARGET.target_key}
+    one = store.get_baseline(**keys, threads=1)
+    two = store.get_baseline(**keys, threads=2)
+    assert one is not None and one.median_secs == 0.05
+    assert two is not None and two.median_secs == 0.03
+    asked = [r.template for r in measurer.requests]
+    assert asked.count("numpy.matmul") == 2
+    session().run()  # stored now: not measured again
+    assert [r.template for r in measurer.requests].count("numpy.matmul") == 2
+
+
 def test_random_strategy_space_sample_is_valid() -> None:
     space = small_space()
     sample = space.sample(random.Random(0), 5)

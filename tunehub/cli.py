@@ -121,7 +121,7 @@ def tune(
     """
     from tunehub.core import JobSpec, JobState
     from tunehub.kernels.registry import UnknownTemplate, get_template
-    from tunehub.tuner import Progress, Session, make_strategy
+    from tunehub.tuner import Progress, session_for_job
     from tunehub.workers.local import LocalMeasurer
 
     workload = _workload(m, n, k, dtype, epilogue)
@@ -137,22 +137,19 @@ def tune(
     if reason:
         raise click.BadParameter(reason, param_hint="--template")
     store.put_target(target)
-    budget = Budget(max_trials=trials, max_secs=secs)
-    job = store.create_job(
-        JobSpec(
-            workload=workload,
-            target_key=target.target_key,
-            template=tmpl.name,
-            strategy=strategy,
-            budget=budget,
-            seed=seed,
-        ),
-        claimed=True,
+    spec = JobSpec(
+        workload=workload,
+        target_key=target.target_key,
+        template=tmpl.name,
+        strategy=strategy,
+        budget=Budget(max_trials=trials, max_secs=secs),
+        seed=seed,
     )
-    space = tmpl.space(workload, target)
+    job = store.create_job(spec, claimed=True)
     click.echo(
         f"job {job.id}: tuning {workload.label} with {tmpl.name} on {target.label}: "
-        f"{len(space)} configs, {strategy}, budget {trials} trials / {secs:.0f}s",
+        f"{len(tmpl.space(workload, target))} configs, {strategy}, "
+        f"budget {trials} trials / {secs:.0f}s",
         err=True,
     )
     measurer = LocalMeasurer(
@@ -169,14 +166,11 @@ def tune(
             bar.label = f"best {best}"
 
         try:
-            result = Session(
+            result = session_for_job(
+                spec,
                 store=store,
                 measurer=measurer,
-                template=tmpl,
-                strategy=make_strategy(strategy, space, seed=seed),
-                workload=workload,
                 target=target,
-                budget=budget,
                 job_id=job.id,
                 on_progress=progress,
             ).run()

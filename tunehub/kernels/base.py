@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import ClassVar
 
 from tunehub.core import Config, MeasureRequest, MeasureResult, Target, Workload
 from tunehub.kernels.space import SearchSpace
@@ -20,6 +21,11 @@ class Template(ABC):
 
     name: str
     version: int
+    # A baseline template times a vendor library: its results are Baselines, never Schedules,
+    # and it is not offered for tuning jobs.
+    baseline: ClassVar[bool] = False
+    # The baseline template a job of this template is compared against, if any.
+    baseline_template: ClassVar[str | None] = None
 
     @abstractmethod
     def space(self, workload: Workload, target: Target) -> SearchSpace:

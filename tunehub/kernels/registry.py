@@ -19,6 +19,7 @@ import threading
 
 from tunehub.kernels.base import Template
 from tunehub.kernels.blis_gemm import BlisGemmTemplate
+from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +86,4 @@ def template_names() -> tuple[str, ...]:
 
 
 register(BlisGemmTemplate())
+register(NumpyGemmBaseline())

@@ -8,8 +8,7 @@ from collections.abc import Callable
 
 from tunehub.core import Job, JobState, local_cpu_target
 from tunehub.db.store import JobNotFound, ScheduleStore
-from tunehub.kernels.registry import get_template
-from tunehub.tuner import Progress, Session, make_strategy
+from tunehub.tuner import Progress, session_for_job
 from tunehub.workers.base import Measurer
 
 log = logging.getLogger(__name__)
@@ -88,23 +87,17 @@ class JobRunner:
                     f"no worker here for target {job.spec.target_key[:12]}: this service "
                     f"measures only on {target.label} ({target.target_key[:12]})"
                 )
-            template = get_template(job.spec.template)
-            space = template.space(job.spec.workload, target)
-            strategy = make_strategy(job.spec.strategy, space, seed=job.spec.seed)
             if self._measurer is None:
                 self._measurer = self.measurer_factory()
 
             def report(p: Progress) -> None:
                 log.info("job %d: %d/%d trials", job.id, p.trials_done, p.max_trials)
 
-            result = Session(
+            result = session_for_job(
+                job.spec,
                 store=self.store,
                 measurer=self._measurer,
-                template=template,
-                strategy=strategy,
-                workload=job.spec.workload,
                 target=target,
-                budget=job.spec.budget,
                 job_id=job.id,
                 on_progress=report,
                 should_stop=lambda: self._cancelled(job.id),

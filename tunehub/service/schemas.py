@@ -172,6 +172,18 @@ class RecordListOut(BaseModel):
     items: list[RecordOut]
 
 
+class BaselineOut(BaseModel):
+    """The vendor library's time for the same workload, target and thread count."""
+
+    template: str = Field(description="Baseline template, e.g. `numpy.matmul`.")
+    library: str = Field(description="The library behind it, e.g. `openblas 0.3.31`.")
+    threads: int
+    median_secs: float
+    gflops: float
+    record_id: str
+    measured_at: datetime
+
+
 class ScheduleOut(BaseModel):
     """The answer of ``GET /api/v1/schedules/best``."""
 
@@ -188,6 +200,16 @@ class ScheduleOut(BaseModel):
     target_key: str = Field(description="Target the schedule was measured on.")
     workload_key: str
     updated_at: datetime
+    baseline: BaselineOut | None = Field(
+        description="The vendor library measured on the schedule's target with the schedule's "
+        "thread count; null if never measured."
+    )
+    speedup_vs_baseline: float | None = Field(
+        description="Baseline time / schedule time; below 1 the library is faster."
+    )
+    baseline_faster: bool | None = Field(
+        description="True when the vendor library beats this schedule (then prefer the library)."
+    )
 
 
 class HealthOut(BaseModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tunehub.tuner.lookup import LookupAnswer, find_schedule
-from tunehub.tuner.session import Progress, Session, SessionResult
+from tunehub.tuner.session import Progress, Session, SessionResult, session_for_job
 from tunehub.tuner.strategy import (
     STRATEGIES,
     ExhaustiveStrategy,
@@ -23,4 +23,5 @@ __all__ = [
     "Strategy",
     "find_schedule",
     "make_strategy",
+    "session_for_job",
 ]

@@ -1,11 +1,11 @@
-"""Tiered schedule lookup: exact target, then the same target family."""
+"""Tiered schedule lookup (exact target, then the same family), compared with the Baseline."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from tunehub.core import Schedule, Target, Workload
+from tunehub.core import MeasureRecord, Schedule, Target, Workload
 from tunehub.db.store import ScheduleStore
 
 
@@ -15,10 +15,35 @@ class LookupAnswer:
 
     schedule: Schedule
     source: str
+    baseline: MeasureRecord | None = None
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        """Baseline time / schedule time: above 1 the schedule is faster than the library."""
+        if self.baseline is None or self.baseline.median_secs is None:
+            return None
+        return self.baseline.median_secs / self.schedule.median_secs
+
+    def baseline_dict(self) -> dict[str, Any] | None:
+        b = self.baseline
+        if b is None or b.median_secs is None:
+            return None
+        env = b.result.environment
+        library = " ".join(str(env[k]) for k in ("blas", "blas_version") if env.get(k))
+        return {
+            "template": b.request.template,
+            "library": library or b.request.template,
+            "threads": b.config.get("threads", 1),
+            "median_secs": b.median_secs,
+            "gflops": b.gflops,
+            "record_id": b.uid,
+            "measured_at": b.created_at.isoformat(),
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The answer as the API and the CLI print it."""
         s = self.schedule
+        speedup = self.speedup_vs_baseline
         return {
             "config": s.config.to_dict(),
             "template": s.template,
@@ -30,6 +55,9 @@ class LookupAnswer:
             "target_key": s.target_key,
             "workload_key": s.workload_key,
             "updated_at": s.updated_at.isoformat(),
+            "baseline": self.baseline_dict(),
+            "speedup_vs_baseline": speedup,
+            "baseline_faster": None if speedup is None else speedup < 1.0,
         }
 
 
@@ -40,15 +68,27 @@ def find_schedule(
 
     Tiers, in order: a schedule tuned on exactly this target; one tuned for the same workload on
     another target of the same family (same CPU model and ISA, other toolchain versions).
+    The answer carries the vendor library's Baseline, if one was measured, for comparison.
     """
     exact = store.get_schedule(
         workload_key=workload.key, target_key=target.target_key, template=template
     )
     if exact is not None:
-        return LookupAnswer(exact, "exact")
+        return _answer(store, exact, "exact")
     family = store.family_schedules(
         workload_key=workload.key, family_key=target.family_key, template=template
     )
     if family:
-        return LookupAnswer(family[0], "family")
+        return _answer(store, family[0], "family")
     return None
+
+
+def _answer(store: ScheduleStore, schedule: Schedule, source: str) -> LookupAnswer:
+    """The answer with the Baseline measured on the schedule's own target and thread count."""
+    threads = schedule.config.get("threads", 1)
+    baseline = store.get_baseline(
+        workload_key=schedule.workload_key,
+        target_key=schedule.target_key,
+        threads=threads if isinstance(threads, int) else 1,
+    )
+    return LookupAnswer(schedule, source, baseline)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from tunehub.core import (
     Budget,
+    Config,
+    JobSpec,
     MeasureRecord,
     MeasureRequest,
     MeasureStatus,
@@ -17,7 +19,8 @@ from tunehub.core import (
 )
 from tunehub.db.store import ScheduleStore
 from tunehub.kernels.base import Template
-from tunehub.tuner.strategy import Strategy
+from tunehub.kernels.registry import get_template
+from tunehub.tuner.strategy import Strategy, make_strategy
 from tunehub.workers.base import Measurer
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,7 @@ class Session:
         batch_size: int = 2,
         on_progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        baseline: Template | None = None,
     ) -> None:
         self.store = store
         self.measurer = measurer
@@ -85,6 +89,56 @@ class Session:
         self.batch_size = max(1, batch_size)
         self.on_progress = on_progress
         self.should_stop = should_stop or (lambda: False)
+        self.baseline = baseline
+
+    def baseline_threads(self) -> tuple[int, ...]:
+        """The thread counts the space offers (its ``threads`` knob), each needing a Baseline."""
+        for knob in self.strategy.space.knobs:
+            if knob.name == "threads":
+                return tuple(sorted({int(v) for v in knob.values}))
+        return (1,)
+
+    def measure_baselines(self) -> list[MeasureRecord]:
+        """Measure the baseline library for every thread count that has no Baseline yet."""
+        if self.baseline is None:
+            return []
+        missing = [
+            threads
+            for threads in self.baseline_threads()
+            if self.store.get_baseline(
+                workload_key=self.workload.key,
+                target_key=self.target.target_key,
+                threads=threads,
+                template=self.baseline.name,
+            )
+            is None
+        ]
+        requests = [
+            MeasureRequest(
+                workload=self.workload,
+                target=self.target,
+                template=self.baseline.name,
+                template_version=self.baseline.version,
+                config=Config({"threads": threads}),
+            )
+            for threads in missing
+        ]
+        records = [
+            MeasureRecord(request=req, result=res)
+            for req, res in zip(requests, self.measurer.measure(requests), strict=True)
+        ]
+        for record in records:
+            self.store.commit_baseline(record)
+            if record.median_secs is not None:
+                log.info(
+                    "baseline %s threads=%s: %.2f GFLOP/s",
+                    self.baseline.name,
+                    record.config["threads"],
+                    record.gflops,
+                )
+            else:
+                log.warning("baseline %s failed: %s", self.baseline.name, record.result.error)
+        return records
 
     def _history(self) -> list[MeasureRecord]:
         if self.job_id is None:
@@ -93,6 +147,8 @@ class Session:
 
     def run(self) -> SessionResult:
         start = time.monotonic()
+        if self.baseline is not None and not self.should_stop():
+            self.measure_baselines()
         history = self._history()
         self.strategy.tell(history)
         trials = len(history)
@@ -154,3 +210,34 @@ class Session:
             stopped_by=stopped_by,
             elapsed_secs=time.monotonic() - start,
         )
+
+
+def session_for_job(
+    spec: JobSpec,
+    *,
+    store: ScheduleStore,
+    measurer: Measurer,
+    target: Target,
+    job_id: int | None,
+    on_progress: Callable[[Progress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Session:
+    """The Session that serves ``spec``: its template's space, the strategy seeded with the
+    template's model default, and the template's baseline library (measured if not stored)."""
+    template = get_template(spec.template)
+    space = template.space(spec.workload, target)
+    prior = [template.default_config(spec.workload, target)]
+    baseline = get_template(template.baseline_template) if template.baseline_template else None
+    return Session(
+        store=store,
+        measurer=measurer,
+        template=template,
+        strategy=make_strategy(spec.strategy, space, seed=spec.seed, prior=prior),
+        workload=spec.workload,
+        target=target,
+        budget=spec.budget,
+        job_id=job_id,
+        on_progress=on_progress,
+        should_stop=should_stop,
+        baseline=baseline,
+    )

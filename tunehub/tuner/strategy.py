@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from tunehub.core import Config, MeasureRecord
 from tunehub.kernels.space import SearchSpace
@@ -14,14 +15,16 @@ class Strategy(ABC):
     """Proposes configs (``ask``) and learns from measured records (``tell``); the caller loops.
 
     A strategy never proposes a config it has been told about or already proposed. ``ask``
-    returning an empty list means the space is exhausted.
+    returning an empty list means the space is exhausted. ``prior`` configs (e.g. the
+    template's analytical-model default) are proposed first, in order, when they are valid.
     """
 
     name: str
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0) -> None:
+    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[Config] = ()) -> None:
         self.space = space
         self.seed = seed
+        self.prior = [c for c in prior if space.is_valid(c)]
         self._seen: set[str] = set()
 
     def seen(self, config: Config) -> bool:
@@ -34,7 +37,7 @@ class Strategy(ABC):
     def ask(self, n: int) -> list[Config]:
         """Up to ``n`` configs not seen yet."""
         out: list[Config] = []
-        for config in self._candidates():
+        for config in itertools.chain(self.prior, self._candidates()):
             if len(out) >= n:
                 break
             if config.key not in self._seen:
@@ -65,8 +68,8 @@ class RandomStrategy(Strategy):
 
     name = "random"
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0) -> None:
-        super().__init__(space, seed=seed)
+    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[Config] = ()) -> None:
+        super().__init__(space, seed=seed, prior=prior)
         self._order: list[Config] | None = None
 
     def _candidates(self) -> Sequence[Config]:
@@ -76,18 +79,19 @@ class RandomStrategy(Strategy):
         return self._order
 
 
-StrategyFactory = Callable[..., Strategy]
 STRATEGIES: dict[str, type[Strategy]] = {
     ExhaustiveStrategy.name: ExhaustiveStrategy,
     RandomStrategy.name: RandomStrategy,
 }
 
 
-def make_strategy(name: str, space: SearchSpace, *, seed: int = 0) -> Strategy:
+def make_strategy(
+    name: str, space: SearchSpace, *, seed: int = 0, prior: Sequence[Config] = ()
+) -> Strategy:
     """Build the strategy registered under ``name`` (``random``, ``exhaustive``)."""
     try:
         cls = STRATEGIES[name]
     except KeyError:
         known = ", ".join(sorted(STRATEGIES))
         raise KeyError(f"unknown strategy {name!r}; known: {known}") from None
-    return cls(space, seed=seed)
+    return cls(space, seed=seed, prior=prior)

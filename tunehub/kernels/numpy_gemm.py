@@ -1,0 +1,116 @@
+"""``numpy.matmul``: the Baseline template: numpy's BLAS (OpenBLAS) timed like a tuned kernel."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from tunehub.core import Config, MeasureRequest, MeasureResult, MeasureStatus, Target, Workload
+from tunehub.kernels.base import Template
+from tunehub.kernels.blis_gemm import random_operands
+from tunehub.kernels.environment import measurement_environment
+from tunehub.kernels.reference import check_gemm, sample_rows
+from tunehub.kernels.space import Knob, SearchSpace
+from tunehub.kernels.timing import time_calls
+
+
+def blas_description() -> dict[str, Any]:
+    """numpy's version and its BLAS library (name, version, kernel architecture)."""
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    info: dict[str, Any] = {"numpy": np.__version__}
+    if blas:
+        info.update(
+            blas=blas[0].get("internal_api", ""),
+            blas_version=blas[0].get("version", ""),
+            blas_architecture=blas[0].get("architecture", ""),
+        )
+    return info
+
+
+class NumpyGemmBaseline(Template):
+    """``C = A @ B`` by ``np.matmul`` into a preallocated C, then the epilogue as separate
+    numpy ops (``C += bias``; ``np.maximum(C, 0, out=C)``), as a user without tunehub writes
+    it. The one knob is ``threads``, set through threadpoolctl for the timed calls.
+
+    Verified and timed exactly as ``blis.gemm`` is: fresh random inputs, NaN-poisoned output,
+    the same check, then warm-cache repeats (see ``tunehub.kernels.timing``).
+    """
+
+    name = "numpy.matmul"
+    version = 1
+    baseline = True
+
+    def supports(self, workload: Workload, target: Target) -> str | None:
+        return (
+            f"{self.name} is a baseline: the vendor library every tuned schedule is compared "
+            "with; it is measured, not tuned (use template blis.gemm)"
+        )
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        return SearchSpace(knobs=(Knob("threads", tuple(range(1, max(1, target.cores) + 1))),))
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        return Config({"threads": 1})
+
+    def measure(
+        self, request: MeasureRequest, *, workdir: Path, min_secs: float, max_repeats: int
+    ) -> MeasureResult:
+        workload = request.workload
+        environment = measurement_environment()
+        environment.update(blas_description())
+        if not self.space(workload, request.target).is_valid(request.config):
+            return MeasureResult(
+                MeasureStatus.INVALID,
+                error=f"config {dict(request.config)} is not in the space of {self.name}",
+                environment=environment,
+            )
+        threads = int(request.config["threads"])
+        seed = secrets.randbits(63)
+        rng = np.random.default_rng(seed)
+        a, b, bias = random_operands(workload, rng)
+        c = np.full((workload.m, workload.n), np.nan, dtype=a.dtype)
+        relu = workload.epilogue == "bias_relu"
+
+        def call() -> None:
+            np.matmul(a, b, out=c)
+            if bias is not None:
+                np.add(c, bias, out=c)
+            if relu:
+                np.maximum(c, 0, out=c)
+
+        with threadpool_limits(limits=threads, user_api="blas"):
+            start = time.perf_counter()
+            call()
+            check = check_gemm(
+                c,
+                a,
+                b,
+                bias,
+                workload.epilogue,
+                rows=sample_rows(workload.m, workload.n, workload.k, rng),
+            )
+            verify_secs = time.perf_counter() - start
+            environment.update(seed=seed, threads=threads)
+            if not check.ok:
+                return MeasureResult(
+                    MeasureStatus.WRONG_ANSWER,
+                    error=check.message,
+                    verify_secs=verify_secs,
+                    environment=environment,
+                )
+            start = time.perf_counter()
+            timing = time_calls(call, min_secs=min_secs, max_repeats=max_repeats)
+            run_secs = time.perf_counter() - start
+        environment.update(calls_per_repeat=timing.calls_per_repeat)
+        return MeasureResult(
+            MeasureStatus.OK,
+            repeat_secs=timing.repeat_secs,
+            verify_secs=verify_secs,
+            run_secs=run_secs,
+            environment=environment,
+        )

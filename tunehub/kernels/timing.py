@@ -1,0 +1,63 @@
+"""Timing in Python with the policy of the generated C timing loop, for library baselines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# Same defaults as blis.gemm's C loop (tunehub_bench), so both sides are timed alike.
+MIN_REPEATS = 3
+MAX_WARMUP_SECS = 0.1
+MIN_REPEAT_SECS = 2e-4
+
+
+@dataclass(frozen=True)
+class Timing:
+    repeat_secs: tuple[float, ...]  # seconds per call, one entry per repeat
+    calls_per_repeat: int
+
+
+def time_calls(
+    call: Callable[[], object],
+    *,
+    min_secs: float,
+    max_repeats: int,
+    min_repeats: int = MIN_REPEATS,
+) -> Timing:
+    """Time ``call`` as ``tunehub_bench`` times a generated kernel.
+
+    Cache policy: warm (the caller passes the same inputs and output every call). Warm up for
+    ``min(0.1 s, min_secs / 4)`` (at least one call); a repeat is enough back-to-back calls to
+    last ``max(2e-4 s, min_secs / max_repeats)``, reported per call; repeats continue until
+    ``min_secs`` in total and at least ``min(min_repeats, max_repeats)`` of them, at most
+    ``max_repeats``. ``time.perf_counter`` is the monotonic clock; Python's call overhead
+    (about a microsecond) is inside the timed region, as the ctypes-free C loop's is not, which
+    favours neither side noticeably for GEMMs of 10 µs or more.
+    """
+    if max_repeats < 1:
+        raise ValueError("max_repeats must be at least 1")
+    warmup_secs = min(MAX_WARMUP_SECS, max(min_secs / 4, 0.0))
+    repeat_min_secs = max(MIN_REPEAT_SECS, min_secs / max_repeats)
+    clock = time.perf_counter
+    start = clock()
+    warm = 0
+    while True:
+        call()
+        warm += 1
+        elapsed = clock() - start
+        if elapsed >= warmup_secs:
+            break
+    per_call = elapsed / warm
+    calls = int(repeat_min_secs / per_call) + 1 if 0 < per_call < repeat_min_secs else 1
+    secs: list[float] = []
+    total = 0.0
+    min_repeats = min(min_repeats, max_repeats)
+    while len(secs) < max_repeats and (len(secs) < min_repeats or total < min_secs):
+        s = clock()
+        for _ in range(calls):
+            call()
+        e = clock() - s
+        secs.append(e / calls)
+        total += e
+    return Timing(tuple(secs), calls)
