@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-import importlib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -219,12 +217,3 @@ def test_naive_datetimes_are_refused(sqlite_url: str) -> None:
             )
         )
     engine.dispose()
-
-
-@pytest.mark.parametrize(
-    "module",
-    ["tunehub.db.engine", "tunehub.db.migrate", "tunehub.db.memory_store", "tunehub.db.sql_store"],
-)
-def test_docstring_examples_run(module: str) -> None:
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0

@@ -55,6 +55,25 @@ class SearchSpace:
     def names(self) -> tuple[str, ...]:
         return tuple(k.name for k in self.knobs)
 
+    def fix(self, **values: KnobValue) -> SearchSpace:
+        """This space with the named knobs pinned to one value each (e.g. ``threads=1``).
+
+        >>> space = SearchSpace((Knob("MR", (4, 8)), Knob("threads", (1, 2))))
+        >>> [c["MR"] for c in space.fix(threads=2).points]
+        [4, 8]
+        """
+        knobs = []
+        for knob in self.knobs:
+            if knob.name in values:
+                if values[knob.name] not in knob.values:
+                    raise ValueError(f"{knob.name}={values[knob.name]!r} is not in {knob.values}")
+                knob = Knob(knob.name, (values[knob.name],))
+            knobs.append(knob)
+        unknown = set(values) - set(self.names)
+        if unknown:
+            raise ValueError(f"no knobs named {sorted(unknown)} in this space")
+        return SearchSpace(tuple(knobs), self.constraints)
+
     def is_valid(self, config: Config) -> bool:
         if set(config) != set(self.names):
             return False
