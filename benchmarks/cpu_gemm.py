@@ -270,11 +270,7 @@ def main() -> int:
 
     target = local_cpu_target()
     thread_counts = args.threads or sorted({1, target.cores})
-    shapes: list[tuple[int, int, int]]
-    if args.case:
-        shapes = [parse_shape(c) for c in args.case]
-    else:
-        shapes = QUICK if args.quick else SHAPES
+    shapes = [parse_shape(c) for c in args.case] or (QUICK if args.quick else SHAPES)
     cases = [(s, "none") for s in shapes]
     if not args.no_fused and not args.quick and not args.case:
         cases += [(s, "bias_relu") for s in FUSED_SHAPES]
