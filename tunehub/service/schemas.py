@@ -43,6 +43,8 @@ class WorkloadSpec(_Strict):
 
 
 class BudgetSpec(_Strict):
+    """When a job stops: whichever limit comes first."""
+
     max_trials: int = Field(
         default=32, ge=1, le=MAX_TRIALS, strict=True, description="Stop after this many trials."
     )
@@ -54,16 +56,18 @@ class BudgetSpec(_Strict):
 class JobRequest(_Strict):
     """Body of ``POST /api/v1/jobs``."""
 
-    workload: WorkloadSpec
+    workload: WorkloadSpec = Field(description="What to tune.")
     target: str = Field(
         default=LOCAL_CPU,
         min_length=1,
         max_length=64,
         description="`local-cpu` (the service's own CPU) or a stored target key.",
     )
-    template: str = Field(default="blis.gemm", min_length=1, max_length=64)
+    template: str = Field(
+        default="blis.gemm", min_length=1, max_length=64, description="Kernel template to tune."
+    )
     strategy: StrategyName = Field(default="random", description="Search strategy.")
-    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec, description="When to stop.")
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seed of the strategy.")
 
     model_config = ConfigDict(
@@ -82,25 +86,29 @@ class JobRequest(_Strict):
 
 
 class JobOut(BaseModel):
-    id: int
-    state: Literal["queued", "running", "succeeded", "failed", "cancelled"]
-    workload: WorkloadSpec
-    workload_key: str
-    workload_label: str
-    target_key: str
-    target_label: str
-    template: str
-    strategy: str
-    budget: BudgetSpec
-    seed: int
+    """A tuning job and its progress."""
+
+    id: int = Field(description="Job id.")
+    state: Literal["queued", "running", "succeeded", "failed", "cancelled"] = Field(
+        description="`queued` → `running` → `succeeded` | `failed` | `cancelled`."
+    )
+    workload: WorkloadSpec = Field(description="What is tuned.")
+    workload_key: str = Field(description="sha256 of the workload's canonical JSON.")
+    workload_label: str = Field(description="Readable workload, e.g. `matmul 256x256x256 float32`.")
+    target_key: str = Field(description="sha256 fingerprint of the device and toolchain.")
+    target_label: str = Field(description="Readable target: kind, model, cores, ISA.")
+    template: str = Field(description="Kernel template tuned, e.g. `blis.gemm`.")
+    strategy: str = Field(description="Search strategy.")
+    budget: BudgetSpec = Field(description="When the job stops.")
+    seed: int = Field(description="Seed of the strategy.")
     trials_done: int = Field(description="Trials measured so far (every status counts).")
     best_gflops: float | None = Field(description="Best GFLOP/s among `ok` trials so far.")
-    best_median_secs: float | None
-    best_record_uid: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    error: str
+    best_median_secs: float | None = Field(description="Median time of the best trial.")
+    best_record_uid: str | None = Field(description="uid of the best record so far.")
+    created_at: datetime = Field(description="When the job was submitted (UTC).")
+    started_at: datetime | None = Field(description="When a runner started it (UTC).")
+    finished_at: datetime | None = Field(description="When it ended (UTC).")
+    error: str = Field(description="Why it failed or was cancelled; empty otherwise.")
 
     @classmethod
     def from_core(cls, job: Job, target: Target | None) -> JobOut:
@@ -129,25 +137,31 @@ class JobOut(BaseModel):
 
 
 class JobListOut(BaseModel):
-    items: list[JobOut]
-    total: int
-    limit: int
-    offset: int
+    """One page of jobs, newest first."""
+
+    items: list[JobOut] = Field(description="The jobs of this page.")
+    total: int = Field(description="Jobs matching the filter, on all pages.")
+    limit: int = Field(description="Page size asked for.")
+    offset: int = Field(description="Jobs skipped before this page.")
 
 
 class RecordOut(BaseModel):
-    uid: str
+    """One measurement of one config."""
+
+    uid: str = Field(description="Record id.")
     trial: int = Field(description="1-based position of this record in its job.")
-    config: dict[str, Any]
-    status: Literal["ok", "invalid", "build_error", "runtime_error", "wrong_answer", "timeout"]
+    config: dict[str, Any] = Field(description="Knob values, spelled as the kernel spells them.")
+    status: Literal["ok", "invalid", "build_error", "runtime_error", "wrong_answer", "timeout"] = (
+        Field(description="How the measurement ended; only `ok` carries times.")
+    )
     median_secs: float | None = Field(description="Median of `repeat_secs`; null unless ok.")
-    gflops: float | None
+    gflops: float | None = Field(description="2·m·n·k / median_secs / 1e9; null unless ok.")
     repeat_secs: list[float] = Field(description="Every timed repeat, in seconds.")
-    error: str
-    compile_secs: float
-    verify_secs: float
-    run_secs: float
-    created_at: datetime
+    error: str = Field(description="Compiler output, signal, mismatch or traceback; or empty.")
+    compile_secs: float = Field(description="Time spent generating and compiling.")
+    verify_secs: float = Field(description="Time spent checking against the reference.")
+    run_secs: float = Field(description="Time spent in the timed repeats.")
+    created_at: datetime = Field(description="When it was measured (UTC).")
 
     @classmethod
     def from_core(cls, record: MeasureRecord, trial: int) -> RecordOut:
@@ -169,7 +183,9 @@ class RecordOut(BaseModel):
 
 
 class RecordListOut(BaseModel):
-    items: list[RecordOut]
+    """Every record of a job, oldest first."""
+
+    items: list[RecordOut] = Field(description="The records.")
 
 
 class BaselineOut(BaseModel):
@@ -177,29 +193,29 @@ class BaselineOut(BaseModel):
 
     template: str = Field(description="Baseline template, e.g. `numpy.matmul`.")
     library: str = Field(description="The library behind it, e.g. `openblas 0.3.31`.")
-    threads: int
-    median_secs: float
-    gflops: float
-    record_id: str
-    measured_at: datetime
+    threads: int = Field(description="Threads the library was allowed.")
+    median_secs: float = Field(description="Its median time.")
+    gflops: float = Field(description="Its GFLOP/s.")
+    record_id: str = Field(description="uid of the measurement.")
+    measured_at: datetime = Field(description="When it was measured (UTC).")
 
 
 class ScheduleOut(BaseModel):
     """The answer of ``GET /api/v1/schedules/best``."""
 
     config: dict[str, Any] = Field(description="Knob values, spelled as the kernel spells them.")
-    template: str
-    template_version: int
-    median_secs: float
-    gflops: float
+    template: str = Field(description="Template the config belongs to.")
+    template_version: int = Field(description="Version of that template.")
+    median_secs: float = Field(description="Median time of the schedule's record.")
+    gflops: float = Field(description="GFLOP/s of the schedule's record.")
     source: Literal["exact", "family"] = Field(
         description="`exact`: tuned on this target; `family`: tuned on another target of the "
         "same CPU model and ISA."
     )
     record_id: str = Field(description="uid of the measurement behind this schedule.")
     target_key: str = Field(description="Target the schedule was measured on.")
-    workload_key: str
-    updated_at: datetime
+    workload_key: str = Field(description="sha256 of the workload's canonical JSON.")
+    updated_at: datetime = Field(description="When the schedule last improved (UTC).")
     baseline: BaselineOut | None = Field(
         description="The vendor library measured on the schedule's target with the schedule's "
         "thread count; null if never measured."
@@ -213,7 +229,9 @@ class ScheduleOut(BaseModel):
 
 
 class HealthOut(BaseModel):
-    status: Literal["ok"]
-    version: str
-    database: str
-    runner: bool
+    """Liveness."""
+
+    status: Literal["ok"] = Field(description="Always `ok` when the service answers.")
+    version: str = Field(description="tunehub version.")
+    database: str = Field(description="Kind of store behind the service.")
+    runner: bool = Field(description="Whether this process's job runner is alive.")
