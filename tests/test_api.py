@@ -105,6 +105,7 @@ def test_cancel_moves_a_queued_job_to_cancelled(client: TestClient) -> None:
     [
         ("/api/v1/jobs/999", "get"),
         ("/api/v1/jobs/999/records", "get"),
+        ("/api/v1/jobs/999/baselines", "get"),
         ("/api/v1/jobs/999/cancel", "post"),
     ],
 )
@@ -246,3 +247,18 @@ def test_lookup_compares_with_the_baseline_of_the_same_thread_count(
     answer = client.get("/api/v1/schedules/best", params=params).json()
     assert answer["speedup_vs_baseline"] == pytest.approx(1.6)
     assert answer["baseline_faster"] is False
+
+
+def test_job_baselines_list_each_thread_count(
+    client: TestClient, store: MemoryScheduleStore
+) -> None:
+    job = submit(client).json()
+    assert client.get(f"/api/v1/jobs/{job['id']}/baselines").json() == {"items": []}
+    local = local_cpu_target()
+    workload = Workload(**SHAPE)
+    for threads in range(local.cores, 0, -1):
+        store.commit_baseline(baseline_record(local, workload, threads, 1e-3 / threads))
+    items = client.get(f"/api/v1/jobs/{job['id']}/baselines").json()["items"]
+    assert [b["threads"] for b in items] == list(range(1, local.cores + 1))
+    assert items[0]["gflops"] == pytest.approx(workload.flops / 1e-3 / 1e9)
+    assert items[0]["library"] == "openblas 0.3.31"

@@ -10,7 +10,15 @@ from tunehub.core import Budget, InvalidSpec, Job, JobSpec, JobState
 from tunehub.db.store import JobNotFound, ScheduleStore
 from tunehub.kernels.registry import UnknownTemplate, get_template
 from tunehub.service.deps import StoreDep, resolve_target
-from tunehub.service.schemas import JobListOut, JobOut, JobRequest, RecordListOut, RecordOut
+from tunehub.service.schemas import (
+    BaselineListOut,
+    JobListOut,
+    JobOut,
+    JobRequest,
+    RecordListOut,
+    RecordOut,
+)
+from tunehub.tuner import baseline_dict, target_baselines
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -94,6 +102,23 @@ def list_job_records(job_id: JobId, store: StoreDep) -> RecordListOut:
     _get_job(store, job_id)
     records = store.job_records(job_id)
     return RecordListOut(items=[RecordOut.from_core(r, i) for i, r in enumerate(records, 1)])
+
+
+@router.get(
+    "/{job_id}/baselines",
+    response_model=BaselineListOut,
+    operation_id="list_job_baselines",
+    summary="The vendor library's times for the job's workload",
+)
+def list_job_baselines(job_id: JobId, store: StoreDep) -> BaselineListOut:
+    """OpenBLAS (through numpy) timed for the job's workload on its target, per thread count,
+    as the job's runner measured it before tuning; empty until then."""
+    job = _get_job(store, job_id)
+    target = store.get_target(job.spec.target_key)
+    if target is None:
+        return BaselineListOut(items=[])
+    records = target_baselines(store, job.spec.workload, target)
+    return BaselineListOut.model_validate({"items": [baseline_dict(r) for r in records]})
 
 
 @router.post(

@@ -200,6 +200,12 @@ class BaselineOut(BaseModel):
     measured_at: datetime = Field(description="When it was measured (UTC).")
 
 
+class BaselineListOut(BaseModel):
+    """The vendor library's times for a job's workload and target, one per thread count."""
+
+    items: list[BaselineOut] = Field(description="Baselines, fewest threads first.")
+
+
 class ScheduleOut(BaseModel):
     """The answer of ``GET /api/v1/schedules/best``."""
 

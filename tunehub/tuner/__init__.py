@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tunehub.tuner.lookup import LookupAnswer, find_schedule
+from tunehub.tuner.lookup import LookupAnswer, baseline_dict, find_schedule, target_baselines
 from tunehub.tuner.session import Progress, Session, SessionResult, session_for_job
 from tunehub.tuner.strategy import (
     STRATEGIES,
@@ -21,7 +21,9 @@ __all__ = [
     "Session",
     "SessionResult",
     "Strategy",
+    "baseline_dict",
     "find_schedule",
     "make_strategy",
     "session_for_job",
+    "target_baselines",
 ]

@@ -24,22 +24,6 @@ class LookupAnswer:
             return None
         return self.baseline.median_secs / self.schedule.median_secs
 
-    def baseline_dict(self) -> dict[str, Any] | None:
-        b = self.baseline
-        if b is None or b.median_secs is None:
-            return None
-        env = b.result.environment
-        library = " ".join(str(env[k]) for k in ("blas", "blas_version") if env.get(k))
-        return {
-            "template": b.request.template,
-            "library": library or b.request.template,
-            "threads": b.config.get("threads", 1),
-            "median_secs": b.median_secs,
-            "gflops": b.gflops,
-            "record_id": b.uid,
-            "measured_at": b.created_at.isoformat(),
-        }
-
     def to_dict(self) -> dict[str, Any]:
         """The answer as the API and the CLI print it."""
         s = self.schedule
@@ -55,10 +39,38 @@ class LookupAnswer:
             "target_key": s.target_key,
             "workload_key": s.workload_key,
             "updated_at": s.updated_at.isoformat(),
-            "baseline": self.baseline_dict(),
+            "baseline": baseline_dict(self.baseline),
             "speedup_vs_baseline": speedup,
             "baseline_faster": None if speedup is None else speedup < 1.0,
         }
+
+
+def baseline_dict(record: MeasureRecord | None) -> dict[str, Any] | None:
+    """A Baseline as the API shows it, or None for no (or no ok) measurement."""
+    if record is None or record.median_secs is None:
+        return None
+    env = record.result.environment
+    library = " ".join(str(env[k]) for k in ("blas", "blas_version") if env.get(k))
+    return {
+        "template": record.request.template,
+        "library": library or record.request.template,
+        "threads": record.config.get("threads", 1),
+        "median_secs": record.median_secs,
+        "gflops": record.gflops,
+        "record_id": record.uid,
+        "measured_at": record.created_at.isoformat(),
+    }
+
+
+def target_baselines(
+    store: ScheduleStore, workload: Workload, target: Target
+) -> list[MeasureRecord]:
+    """The stored Baselines of ``workload`` on ``target``, one per thread count, fewest first."""
+    found = (
+        store.get_baseline(workload_key=workload.key, target_key=target.target_key, threads=n)
+        for n in range(1, max(1, target.cores) + 1)
+    )
+    return [b for b in found if b is not None]
 
 
 def find_schedule(

@@ -59,9 +59,11 @@ export function bestSoFar(records) {
 
 /**
  * Draw into `container` (replacing what is there). `records` are RecordOut objects, oldest
- * first; `bestUid` marks the job's best record (else the fastest ok record is marked).
+ * first; `bestUid` marks the job's best record (else the fastest ok record is marked);
+ * `baselines` (BaselineOut objects) are drawn as dashed horizontal reference lines.
  */
-export function drawBestChart(container, records, bestUid = null) {
+export function drawBestChart(container, records, bestUid = null, baselines = []) {
+  const refs = baselines.filter((b) => isNum(b.gflops));
   const trials = records.filter((r) => isNum(r.trial));
   const ok = trials.filter((r) => r.status === "ok" && isNum(r.gflops));
   const failed = trials.filter((r) => r.status !== "ok" || !isNum(r.gflops));
@@ -89,7 +91,7 @@ export function drawBestChart(container, records, bestUid = null) {
   const pad = Math.max(0.5, (lastTrial - firstTrial) * 0.02);
   const x0 = firstTrial - pad;
   const x1 = lastTrial + pad;
-  const maxG = ok.length ? Math.max(...ok.map((r) => r.gflops)) : 1;
+  const maxG = Math.max(...ok.map((r) => r.gflops), ...refs.map((b) => b.gflops), 0) || 1;
   const yTicks = niceTicks(0, maxG * 1.04, 5, { cover: true });
   const yTop = Math.max(yTicks[yTicks.length - 1], maxG) || 1;
   const yStep = yTicks.length > 1 ? yTicks[1] - yTicks[0] : yTop;
@@ -141,6 +143,22 @@ export function drawBestChart(container, records, bestUid = null) {
     d += ` H${sx(lastTrial).toFixed(1)}`;
     root.append(svg("path", { class: "best-line", d }));
   }
+
+  // the vendor library, one dashed line per thread count, labelled at the right end
+  const refLines = svg("g", { class: "baselines" });
+  for (const b of refs) {
+    const y = sy(b.gflops);
+    const label = `${b.library} ${b.threads} thr: ${fmtGflops(b.gflops)}`;
+    refLines.append(
+      svg(
+        "line",
+        { class: "baseline-line", x1: MARGIN.left, x2: MARGIN.left + plotW, y1: y, y2: y, "data-threads": b.threads },
+        tooltip(`${b.template} (${b.library}), ${b.threads} thread(s): ${fmtGflops(b.gflops)} GFLOP/s`),
+      ),
+      svg("text", { class: "baseline-label", x: MARGIN.left + plotW - 4, y: y - 5, "text-anchor": "end" }, label),
+    );
+  }
+  root.append(refLines);
 
   // failures: short marks standing on the x axis
   const fails = svg("g", { class: "failures" });

@@ -56,7 +56,16 @@ function budgetText(budget) {
   return [trials, secs].filter(Boolean).join(" \u00b7 ") || "\u2014";
 }
 
-function renderSummary(job) {
+function baselineText(job, baselines) {
+  if (!baselines.length) return "\u2014";
+  return el(
+    "span",
+    { class: "baselines" },
+    baselines.map((b) => `${fmtGflops(b.gflops)} GFLOP/s (${b.threads} thr)`).join(" \u00b7 "),
+  );
+}
+
+function renderSummary(job, baselines) {
   document.title = `Job ${job.id} \u00b7 ${job.state} \u00b7 tunehub`;
   fill(
     document.getElementById("job-title"),
@@ -71,6 +80,10 @@ function renderSummary(job) {
     item("State", stateBadge(job.state)),
     item("Best", best, { ddClass: "big best-gflops" }),
     item("Best median time", fmtSecs(job.best_median_secs), { ddClass: "big" }),
+    item(baselines.length ? `${baselines[0].library} (numpy)` : "Vendor library", baselineText(job, baselines), {
+      ddClass: "baseline-gflops",
+      title: "OpenBLAS through numpy, timed the same way on the same machine",
+    }),
     item("Progress", progressCell(job)),
     item("Workload", orDash(job.workload_label), { title: job.workload_key ?? null }),
     item("Target", orDash(job.target_label), { title: job.target_key ?? null }),
@@ -151,13 +164,14 @@ function recordRow(record, bestUid) {
   );
 }
 
-function renderRecords(job, records) {
+function renderRecords(job, records, baselines) {
   const bestUid = bestUidOf(job, records);
-  const key = `${records.length}|${bestUid}|${records.length ? records[records.length - 1].uid : ""}`;
+  const last = records.length ? records[records.length - 1].uid : "";
+  const key = `${records.length}|${bestUid}|${last}|${baselines.map((b) => b.record_id).join(",")}`;
   if (key === lastRecordsKey) return;
   lastRecordsKey = key;
 
-  drawBestChart(document.getElementById("best-chart"), records, bestUid);
+  drawBestChart(document.getElementById("best-chart"), records, bestUid, baselines);
 
   const counts = new Map();
   for (const r of records) counts.set(r.status, (counts.get(r.status) ?? 0) + 1);
@@ -198,10 +212,13 @@ async function load() {
   }
   let job;
   let records;
+  let baselines;
+  const items = (page) => (Array.isArray(page.items) ? page.items : []);
   try {
-    [job, records] = await Promise.all([
+    [job, records, baselines] = await Promise.all([
       fetchJson(`/jobs/${jobId}`),
-      fetchJson(`/jobs/${jobId}/records`).then((page) => (Array.isArray(page.items) ? page.items : [])),
+      fetchJson(`/jobs/${jobId}/records`).then(items),
+      fetchJson(`/jobs/${jobId}/baselines`).then(items),
     ]);
   } catch (err) {
     // 422: an id beyond what the API accepts, which no job can have either
@@ -213,8 +230,8 @@ async function load() {
     return REFRESH_MS * 2.5;
   }
   showError(document.getElementById("job-error"), "");
-  renderSummary(job);
-  renderRecords(job, records);
+  renderSummary(job, baselines);
+  renderRecords(job, records, baselines);
   return ACTIVE_STATES.has(job.state) ? REFRESH_MS : 0;
 }
 
