@@ -95,6 +95,17 @@ def make_record(
     return MeasureRecord(request=request, result=result, job_id=job_id, created_at=created)
 
 
+BASELINE_SECS = 1.25e-3
+
+
+def baseline_record() -> MeasureRecord:
+    """OpenBLAS on one thread for WORKLOAD: slower than the best trial, faster than trial 1."""
+    request = MeasureRequest(WORKLOAD, TARGET, "numpy.matmul", 1, Config({"threads": 1}))
+    env = {"blas": "openblas", "blas_version": "0.3.31"}
+    result = MeasureResult(MeasureStatus.OK, repeat_secs=(BASELINE_SECS,), environment=env)
+    return MeasureRecord(request=request, result=result)
+
+
 def seed(url: str) -> dict[str, int]:
     """A succeeded job with one record per trial of TRIALS, then a queued job with none."""
     upgrade(url)
@@ -107,6 +118,7 @@ def seed(url: str) -> dict[str, int]:
         assert claimed is not None and claimed.id == done.id
         store.commit_records([make_record(done.id, i, *trial) for i, trial in enumerate(TRIALS, 1)])
         store.set_job_state(done.id, JobState.SUCCEEDED)
+        store.commit_baseline(baseline_record())
         waiting = store.create_job(JobSpec(OTHER_WORKLOAD, TARGET.target_key))
     finally:
         store.close()
@@ -469,6 +481,10 @@ def test_job_page_shows_summary_chart_and_every_record(
     ]
     assert tick_labels and all(t.isdigit() for t in tick_labels)
     assert "GFLOP/s" in svg.text() and "trial" in svg.text()
+    baselines = svg.find_all("line", {"class": "baseline-line"})
+    assert [b.attrs["data-threads"] for b in baselines] == ["1"]
+    assert f"openblas 0.3.31 1 thr: {gflops_text(BASELINE_SECS)}" in svg.text()
+    assert f"{gflops_text(BASELINE_SECS)} GFLOP/s (1 thr)" in text, "the summary names it too"
 
     shot = screenshot(url, tmp_path / "p2", "job", tmp_path)
     # the best row's highlight, the chart's step line, failure marks and error texts
