@@ -48,22 +48,29 @@ needs_avx2 = pytest.mark.skipif(
     not (HOST.has("avx2") and HOST.has("fma")), reason="host has no AVX2+FMA"
 )
 
-# (name, ISA, MR, vectors per row, KC, MC, NC, UNROLL, threads, PAR). Blockings are small so
-# that 1..300 shapes cross every loop's edge: partial KC, MC and NC blocks and partial tiles.
+# (name, ISA, MR, vectors per row, KC, MC, NC, UNROLL, threads, PAR, PREFETCH, PACKB).
+# Blockings are small so that 1..300 shapes cross every loop's edge: partial KC, MC and NC
+# blocks and partial tiles (masked N edges, short M edges). MR 9, 12 and 16 put a partial
+# 8-row group after a full one in the vectorised A packing.
 KERNELS = [
-    ("avx512-6x4v", "avx512", 6, 4, 32, 24, 3, 4, 1, "ic"),
-    ("avx512-5x3v", "avx512", 5, 3, 48, 40, 2, 2, 1, "ic"),
-    ("avx2-6x2v", "avx2", 6, 2, 64, 30, 5, 1, 1, "ic"),
-    ("avx2-2x4v", "avx2", 2, 4, 17, 9, 1, 3, 1, "ic"),
-    ("generic-4x3v", "generic", 4, 3, 40, 16, 4, 4, 1, "ic"),
-    ("avx2-6x2v-2t-ic", "avx2", 6, 2, 64, 24, 4, 4, 2, "ic"),
-    ("avx2-6x2v-2t-jc", "avx2", 6, 2, 64, 24, 2, 4, 2, "jc"),
+    ("avx512-6x4v", "avx512", 6, 4, 32, 24, 3, 4, 1, "ic", 0, True),
+    ("avx512-5x3v-pf-nopack", "avx512", 5, 3, 48, 40, 2, 2, 1, "ic", 8, False),
+    ("avx512-12x2v-pf", "avx512", 12, 2, 29, 36, 3, 4, 1, "ic", 32, True),
+    ("avx512-16x1v-nopack", "avx512", 16, 1, 24, 32, 5, 1, 1, "ic", 0, False),
+    ("avx2-6x2v", "avx2", 6, 2, 64, 30, 5, 1, 1, "ic", 0, True),
+    ("avx2-2x4v-nopack", "avx2", 2, 4, 17, 9, 1, 3, 1, "ic", 8, False),
+    ("avx2-9x1v", "avx2", 9, 1, 40, 18, 6, 2, 1, "ic", 0, True),
+    ("generic-4x3v", "generic", 4, 3, 40, 16, 4, 4, 1, "ic", 0, True),
+    ("generic-3x2v-pf-nopack", "generic", 3, 2, 23, 12, 3, 2, 1, "ic", 8, False),
+    ("avx2-6x2v-2t-ic", "avx2", 6, 2, 64, 24, 4, 4, 2, "ic", 0, True),
+    ("avx2-6x2v-2t-jc", "avx2", 6, 2, 64, 24, 2, 4, 2, "jc", 0, True),
+    ("avx512-8x3v-2t-ic-nopack", "avx512", 8, 3, 32, 16, 2, 4, 2, "ic", 32, False),
 ]
 KERNEL_NAMES = [k[0] for k in KERNELS]
 
 
 def kernel_config(name: str, dtype: str) -> tuple[Target, Config]:
-    _, isa, mr, nv, kc, mc, nc_tiles, unroll, threads, par = next(
+    _, isa, mr, nv, kc, mc, nc_tiles, unroll, threads, par, prefetch, packb = next(
         k for k in KERNELS if k[0] == name
     )
     nr = nv * VECTOR_BYTES[isa] // np.dtype(dtype).itemsize
@@ -79,6 +86,8 @@ def kernel_config(name: str, dtype: str) -> tuple[Target, Config]:
             "UNROLL": unroll,
             "threads": threads,
             "PAR": par,
+            "PREFETCH": prefetch,
+            "PACKB": packb,
         }
     )
     return target, config
@@ -98,10 +107,20 @@ def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("blis-build")
 
 
+# The epilogue only changes the C stores, which bias_relu exercises fully (bias, accumulate,
+# ReLU): every kernel is built with it, these also with the other two (keeps the builds few).
+ALL_EPILOGUES = ("avx512-6x4v", "avx512-5x3v-pf-nopack", "avx2-6x2v", "generic-4x3v")
+BUILT = [
+    key
+    for key in itertools.product(KERNEL_NAMES, DTYPES, EPILOGUES)
+    if runnable(key[0]) and (key[2] == "bias_relu" or key[0] in ALL_EPILOGUES)
+]
+
+
 @pytest.fixture(scope="module")
 def kernels(build_dir: Path) -> dict[tuple[str, str, str], GemmKernel]:
-    """Every (kernel, dtype, epilogue) built once, two compilers at a time."""
-    keys = [key for key in itertools.product(KERNEL_NAMES, DTYPES, EPILOGUES) if runnable(key[0])]
+    """Every (kernel, dtype, epilogue) of BUILT built once, two compilers at a time."""
+    keys = BUILT
 
     def build(key: tuple[str, str, str]) -> GemmKernel:
         name, dtype, epilogue = key
@@ -118,18 +137,22 @@ def run_and_check(
 ) -> None:
     rng = np.random.default_rng(seed)
     a, b, bias = random_operands(Workload(m=m, n=n, k=k, dtype=dtype, epilogue=epilogue), rng)
-    c = np.full((m, n), np.nan, dtype=dtype)
+    # C is a view into a NaN-poisoned frame: partial tiles (masked stores) must write exactly
+    # their own elements, none of the frame's.
+    frame = np.full((m + 2, n + 19), np.nan, dtype=dtype)
+    c = frame[1 : m + 1, 3 : n + 3]
     kernel(a, b, bias, out=c)
     check = check_gemm(c, a, b, bias, epilogue)
     assert check.ok, f"{kernel.params} {m}x{n}x{k}: {check.message}"
     assert check.checked_rows == m
+    outside = np.ones(frame.shape, dtype=bool)
+    outside[1 : m + 1, 3 : n + 3] = False
+    assert np.isnan(frame[outside]).all(), f"{kernel.params} {m}x{n}x{k} wrote outside C"
 
 
 @settings(max_examples=40, deadline=None)
 @given(
-    name=st.sampled_from([n for n in KERNEL_NAMES if runnable(n)]),
-    dtype=st.sampled_from(DTYPES),
-    epilogue=st.sampled_from(EPILOGUES),
+    key=st.sampled_from(BUILT),
     m=st.integers(1, 300),
     n=st.integers(1, 300),
     k=st.integers(1, 300),
@@ -137,27 +160,26 @@ def run_and_check(
 )
 def test_kernels_match_numpy_on_random_shapes(
     kernels: dict[tuple[str, str, str], GemmKernel],
-    name: str,
-    dtype: str,
-    epilogue: str,
+    key: tuple[str, str, str],
     m: int,
     n: int,
     k: int,
     seed: int,
 ) -> None:
-    run_and_check(kernels[name, dtype, epilogue], m, n, k, dtype, epilogue, seed)
+    _, dtype, epilogue = key
+    run_and_check(kernels[key], m, n, k, dtype, epilogue, seed)
 
 
 def test_threaded_kernels_release_and_rebuild_their_buffers(
     kernels: dict[tuple[str, str, str], GemmKernel],
 ) -> None:
-    for name in ("avx2-6x2v-2t-ic", "avx2-6x2v-2t-jc"):
+    for name in ("avx2-6x2v-2t-ic", "avx2-6x2v-2t-jc", "avx512-8x3v-2t-ic-nopack"):
         if not runnable(name):
             pytest.skip("ISA not on this host")
-        kernel = kernels[name, "float32", "bias"]
-        run_and_check(kernel, 130, 70, 150, "float32", "bias", 0)
+        kernel = kernels[name, "float32", "bias_relu"]
+        run_and_check(kernel, 130, 70, 150, "float32", "bias_relu", 0)
         kernel.release_buffers()
-        run_and_check(kernel, 131, 69, 151, "float32", "bias", 1)
+        run_and_check(kernel, 131, 69, 151, "float32", "bias_relu", 1)
 
 
 @pytest.mark.parametrize("name", KERNEL_NAMES)
@@ -288,8 +310,17 @@ def test_codegen_rejects_impossible_parameters() -> None:
         BlisParams("float32", "none", "avx2", mr=4, nr=12, kc=64, mc=64, nc=64)
     with pytest.raises(ValueError, match="PAR"):
         BlisParams("float32", "none", "avx2", mr=4, nr=16, kc=64, mc=64, nc=64, par="pc")
+    with pytest.raises(ValueError, match="PREFETCH"):
+        BlisParams("float32", "none", "avx2", mr=4, nr=16, kc=64, mc=64, nc=64, prefetch=-1)
+    with pytest.raises(ValueError, match="PACKB"):
+        BlisParams("float32", "none", "avx2", 4, 16, 64, 64, 64, packb=1)  # type: ignore[arg-type]
     src = generate_source(BlisParams("float64", "bias_relu", "avx512", 6, 32, 64, 60, 64))
-    assert "_mm512_fmadd_pd" in src and "_mm512_max_pd" in src
+    assert "vfmadd231pd" in src and "%%zmm23" in src and "_mm512_max_pd" in src
+    assert "prefetcht0" not in src
+    prefetching = generate_source(
+        BlisParams("float32", "none", "avx2", 6, 16, 64, 60, 64, prefetch=8, packb=False)
+    )
+    assert "prefetcht0" in prefetching and "#define PACKB 0" in prefetching
     problem = TEMPLATE.config_problem(
         Workload(m=8, n=8, k=8),
         HOST,
@@ -340,6 +371,28 @@ def test_timing_loop_honours_min_secs_and_max_repeats(build_dir: Path) -> None:
     quick = kernel.bench(a, b, None, c, min_secs=0.0, max_repeats=50, warmup_secs=0.0)
     assert len(quick.repeat_secs) == 3
     np.testing.assert_allclose(c, reference_gemm(a, b, None, "none"), rtol=1e-4, atol=1e-4)
+
+
+def test_single_thread_timing_is_pinned_and_affinity_restored(
+    kernels: dict[tuple[str, str, str], GemmKernel],
+) -> None:
+    import os
+
+    a, b, _ = random_operands(Workload(m=40, n=40, k=40), np.random.default_rng(0))
+    c = np.empty((40, 40), np.float32)
+    before = os.sched_getaffinity(0)
+    serial = kernels["generic-4x3v", "float32", "none"]
+    timed = serial.bench(a, b, None, c, min_secs=0.0, max_repeats=3, warmup_secs=0.0)
+    assert timed.pinned_cpu is not None and timed.pinned_cpu in before
+    assert os.sched_getaffinity(0) == before
+    np.testing.assert_allclose(c, reference_gemm(a, b, None, "none"), rtol=1e-4, atol=1e-4)
+    if runnable("avx2-6x2v-2t-ic"):
+        threaded = kernels["avx2-6x2v-2t-ic", "float32", "bias_relu"]
+        bias = np.zeros(40, np.float32)
+        result = threaded.bench(a, b, bias, c, min_secs=0.0, max_repeats=3, warmup_secs=0.0)
+        assert result.pinned_cpu is None and os.sched_getaffinity(0) == before
+        expected = reference_gemm(a, b, bias, "bias_relu")
+        np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_measure_reports_a_wrong_kernel(

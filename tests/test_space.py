@@ -136,8 +136,8 @@ def test_blocking_follows_the_cache_model_on_a_known_target() -> None:
     for config in space.points:
         p = params_for(workload, config)
         elem = ELEMENT_BYTES[workload.dtype]
-        assert target.l1d_bytes / 4 <= p.kc * p.nr * elem <= 2 * target.l1d_bytes  # B micro-panel
-        assert target.l2_bytes / 8 <= p.mc * p.kc * elem <= target.l2_bytes  # A block
+        assert target.l1d_bytes / 4 <= p.kc * p.nr * elem <= 4 * target.l1d_bytes  # B micro-panel
+        assert target.l2_bytes / 8 <= p.mc * p.kc * elem <= 2 * target.l2_bytes  # A block
         assert p.kc * p.nc * elem <= target.l3_bytes / 2  # B panel
     # a range around the model, not only its point
     kcs = {c["KC"] for c in space.points}
@@ -156,11 +156,22 @@ def test_default_is_the_analytical_point() -> None:
     assert (default["ISA"], default["MR"], default["NR"]) == ("avx512", 6, 64)
     assert model_tile("avx512", "float64", target) == (6, 32)
     assert model_tile("avx2", "float32", TARGETS["haswell"]) == (4, 24)
-    # KC x NR x 4 bytes fills 7 of the 8 ways of the 32 KiB L1 (112 -> nearest grid value)
-    assert default["KC"] == 128
-    # MC x KC x 4 bytes is half of the 1 MiB L2
-    assert default["MC"] == 1024
+    # the 6 x KC x 4-byte A micro-panel fills a quarter of the 32 KiB L1 (341 -> 384)
+    assert default["KC"] == 384
+    # MC x KC x 4 bytes is half of the 1 MiB L2 (341 -> 384)
+    assert default["MC"] == 384
     assert default["threads"] == 1 and default["UNROLL"] in (1, 2, 4)
+    assert default["PACKB"] is True and default["PREFETCH"] == 0
+
+
+def test_unpacked_b_is_offered_only_for_small_m_and_always_prefetched() -> None:
+    target = TARGETS["skylake-x"]
+    skinny = TEMPLATE.space(Workload(m=16, n=4096, k=4096), target).points
+    assert {c["PACKB"] for c in skinny} == {True, False}
+    assert all(int(c["PREFETCH"]) > 0 for c in skinny if not c["PACKB"])
+    assert {c["PREFETCH"] for c in skinny if c["PACKB"]} == {0, 8}
+    square = TEMPLATE.space(Workload(m=2048, n=2048, k=2048), target).points
+    assert {c["PACKB"] for c in square} == {True}
 
 
 def test_blocks_are_capped_to_small_workloads() -> None:
@@ -179,11 +190,11 @@ def test_portable_kernel_where_there_is_no_avx2() -> None:
         assert {c["ISA"] for c in space.points} == {"generic"}
     # aarch64 has 32 NEON registers, so bigger tiles fit there than on SSE
     arm = {
-        (c["MR"], c["NR"])
+        (int(c["MR"]), int(c["NR"]))
         for c in TEMPLATE.space(Workload(m=64, n=64, k=64), TARGETS["graviton"]).points
     }
     sse = {
-        (c["MR"], c["NR"])
+        (int(c["MR"]), int(c["NR"]))
         for c in TEMPLATE.space(Workload(m=64, n=64, k=64), TARGETS["old-x86"]).points
     }
     assert max(m * n for m, n in arm) > max(m * n for m, n in sse)

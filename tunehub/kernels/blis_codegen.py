@@ -13,7 +13,8 @@ C_TYPES = {"float32": "float", "float64": "double"}
 ELEMENT_BYTES = {"float32": 4, "float64": 8}
 PARALLEL_LOOPS = ("ic", "jc")
 BUFFER_ALIGN = 64
-ABI_VERSION = 1
+ABI_VERSION = 2
+PREFETCH_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class BlisParams:
     unroll: int = 1
     threads: int = 1
     par: str = "ic"
+    prefetch: int = 0  # software prefetch distance of the A and B micro-panels, in k steps
+    packb: bool = True  # False: full B micro-panels are read from B in place
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -59,6 +62,12 @@ class BlisParams:
             return f"micro-tile {self.mr}x{self.nr} is too large to generate"
         if self.unroll > 16:
             return f"UNROLL={self.unroll} is above 16"
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int):
+            return f"PREFETCH must be an integer, got {self.prefetch!r}"
+        if not 0 <= self.prefetch <= PREFETCH_MAX:
+            return f"PREFETCH must be in 0..{PREFETCH_MAX}, got {self.prefetch}"
+        if not isinstance(self.packb, bool):
+            return f"PACKB must be a bool, got {self.packb!r}"
         if self.par not in PARALLEL_LOOPS:
             return f"PAR must be one of {PARALLEL_LOOPS}, got {self.par!r}"
         return None
@@ -137,129 +146,309 @@ static inline vec_t vmax(vec_t a, vec_t b)
 """
 
 
-def _ukernel_compute(p: BlisParams, v: _Vec) -> list[str]:
-    """Declare the accumulators and run the k loop (unrolled UNROLL times)."""
+def _asm_ukernel(p: BlisParams) -> str:
+    """The compute part of the AVX-512 / AVX2 micro-kernel as one GCC inline-asm block.
+
+    Written in asm because GCC's register allocator spills accumulators of the larger tiles
+    (6 x 4 zmm leaves 3 spare registers) and reorders the B loads; the hand-placed loop runs
+    within a few percent of the FMA peak. Registers: accumulators 0 .. MR*nv-1 (row-major),
+    then nv B vectors, then one A broadcast; ``tile_fits`` keeps that within the ISA's
+    register file. B rows are ``bs`` bytes apart (NR elements when packed, ldb when read in
+    place), so one loop serves both; the raw accumulators go to the aligned tile ``acc`` and
+    the epilogue (bias, C, ReLU, partial tiles) is C code that reads them back from L1.
+    """
+    e = ELEMENT_BYTES[p.dtype]
+    reg = "zmm" if p.isa == "avx512" else "ymm"
+    sfx = "ps" if p.dtype == "float32" else "pd"
+    bcast = "vbroadcastss" if p.dtype == "float32" else "vbroadcastsd"
+    vb = ISA_VECTOR_BYTES[p.isa]
+    acc_regs = [[f"%%{reg}{i * p.nv + j}" for j in range(p.nv)] for i in range(p.mr)]
+    b_regs = [f"%%{reg}{p.mr * p.nv + j}" for j in range(p.nv)]
+    a_reg = f"%%{reg}{p.mr * p.nv + p.nv}"
+    b_lines = -(-p.nr * e // 64)
+
+    def step(u: int) -> list[str]:
+        out = [f"vmovups {j * vb}(%[b]), {b_regs[j]}" for j in range(p.nv)]
+        if p.prefetch:
+            # A micro-panel: one line per step is enough (MR*e <= 64 bytes for every tile).
+            out.append(f"prefetcht0 {(p.prefetch * p.mr + u * p.mr) * e}(%[a])")
+            out.extend(f"prefetcht0 {line * 64}(%[b],%[pf],1)" for line in range(b_lines))
+        for i in range(p.mr):
+            out.append(f"{bcast} {(u * p.mr + i) * e}(%[a]), {a_reg}")
+            out.extend(
+                f"vfmadd231{sfx} {b_regs[j]}, {a_reg}, {acc_regs[i][j]}" for j in range(p.nv)
+            )
+        out.append("add %[bs], %[b]")
+        return out
+
+    body = [f"vxorps {r}, {r}, {r}" for row in acc_regs for r in row]
+    body += ["test %[iters], %[iters]", "jz 2f", ".p2align 5", "1:"]
+    for u in range(p.unroll):
+        body += step(u)
+    body += [f"add ${p.unroll * p.mr * e}, %[a]", "dec %[iters]", "jnz 1b", "2:"]
+    body += ["test %[rem], %[rem]", "jz 4f", "3:"]
+    body += step(0)
+    body += [f"add ${p.mr * e}, %[a]", "dec %[rem]", "jnz 3b", "4:"]
+    body += [
+        f"vmovaps {acc_regs[i][j]}, {(i * p.nr + j * p.vl) * e}(%[acc])"
+        for i in range(p.mr)
+        for j in range(p.nv)
+    ]
+    used = p.mr * p.nv + p.nv + 1
+    clobbers = ", ".join(f'"xmm{r}"' for r in range(used))
+    asm = "\n".join(f'        "{line}\\n\\t"' for line in body)
+    return f"""
+static inline __attribute__((always_inline)) void
+ukernel(int64_t kc, const T *a, const T *b, int64_t ldb, T *restrict acc)
+{{
+    int64_t iters = kc / {p.unroll}, rem = kc % {p.unroll};
+    int64_t bs = ldb * (int64_t)sizeof(T), pf = {p.prefetch} * bs;
+    (void)pf;
+    __asm__ volatile(
+{asm}
+        : [a] "+r"(a), [b] "+r"(b), [iters] "+r"(iters), [rem] "+r"(rem)
+        : [bs] "r"(bs), [pf] "r"(pf), [acc] "r"(acc)
+        : "cc", "memory", {clobbers});
+}}
+"""
+
+
+def _generic_ukernel(p: BlisParams, v: _Vec) -> str:
+    """The portable micro-kernel (GCC vector extensions), same contract as ``_asm_ukernel``."""
     lines = []
     for i in range(p.mr):
         decl = ", ".join(f"c{i}_{j} = {v.zero}" for j in range(p.nv))
         lines.append(f"    {v.type} {decl};")
-
-    def step(offset: int) -> list[str]:
-        out = ["        {"]
-        bdecl = ", ".join(f"b{j} = {v.load}(b + {offset * p.nr + j * p.vl})" for j in range(p.nv))
-        out.append(f"            {v.type} {bdecl};")
-        if p.isa != "generic":
-            # An empty asm that "modifies" each B vector pins it in a register: otherwise GCC
-            # folds the load into every FMA and the kernel becomes load-bound.
-            pins = " ".join(f'__asm__("" : "+v"(b{j}));' for j in range(p.nv))
-            out.append(f"            {pins}")
-        for i in range(p.mr):
-            out.append(f"            {{ {v.type} a_ = {v.set1}(a[{offset * p.mr + i}]);")
-            for j in range(p.nv):
-                out.append(f"              c{i}_{j} = {v.fmadd}(a_, b{j}, c{i}_{j});")
-            out.append("            }")
-        out.append("        }")
-        return out
-
-    lines.append("    int64_t p = 0;")
-    if p.unroll > 1:
-        lines.append(f"    for (; p + {p.unroll} <= kc; p += {p.unroll}) {{")
-        for u in range(p.unroll):
-            lines.extend(step(u))
-        lines.append(f"        a += {p.unroll * p.mr}; b += {p.unroll * p.nr};")
-        lines.append("    }")
-    lines.append("    for (; p < kc; ++p) {")
-    lines.extend(step(0))
-    lines.append(f"        a += {p.mr}; b += {p.nr};")
+    lines.append(f"    #pragma GCC unroll {p.unroll}")
+    lines.append("    for (int64_t p = 0; p < kc; ++p) {")
+    if p.prefetch:
+        lines.append(f"        __builtin_prefetch(a + {p.prefetch * p.mr});")
+        lines.append(f"        __builtin_prefetch(b + {p.prefetch} * ldb);")
+    bdecl = ", ".join(f"b{j} = {v.loadu}(b + {j * p.vl})" for j in range(p.nv))
+    lines.append(f"        {v.type} {bdecl};")
+    for i in range(p.mr):
+        lines.append(f"        {{ {v.type} a_ = {v.set1}(a[{i}]);")
+        lines.extend(f"          c{i}_{j} = {v.fmadd}(a_, b{j}, c{i}_{j});" for j in range(p.nv))
+        lines.append("        }")
+    lines.append(f"        a += {p.mr}; b += ldb;")
     lines.append("    }")
-    return lines
+    lines.extend(
+        f"    vstoreu(acc + {i * p.nr + j * p.vl}, c{i}_{j});"
+        for i in range(p.mr)
+        for j in range(p.nv)
+    )
+    body = "\n".join(lines)
+    # GCC unrolls this loop itself (UNROLL is an asm-kernel knob; here it only changes the
+    # pragma), and the generic kernel is a fallback where speed matters less.
+    return f"""
+static inline __attribute__((always_inline)) void
+ukernel(int64_t kc, const T *a, const T *b, int64_t ldb, T *restrict acc)
+{{
+{body}
+}}
+"""
+
+
+def _masks(p: BlisParams) -> str:
+    """Per-vector masks of a partial tile's columns (``rem`` = valid columns left)."""
+    if p.isa == "avx512":
+        mtype = "__mmask16" if p.dtype == "float32" else "__mmask8"
+        sfx = "ps" if p.dtype == "float32" else "pd"
+        return f"""
+typedef {mtype} mask_t;
+static inline mask_t col_mask(int64_t rem)
+{{
+    return rem >= {p.vl} ? (mask_t)-1 : rem <= 0 ? (mask_t)0 : (mask_t)((1u << rem) - 1);
+}}
+#define MLOAD(m, ptr) _mm512_maskz_loadu_{sfx}(m, ptr)
+#define MSTORE(m, ptr, v) _mm512_mask_storeu_{sfx}(ptr, m, v)
+"""
+    if p.isa == "avx2":
+        f32 = p.dtype == "float32"
+        iota = (
+            "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)" if f32 else "_mm256_setr_epi64x(0, 1, 2, 3)"
+        )
+        cmp = "_mm256_cmpgt_epi32" if f32 else "_mm256_cmpgt_epi64"
+        set1 = "_mm256_set1_epi32((int)" if f32 else "_mm256_set1_epi64x((long long)"
+        sfx = "ps" if f32 else "pd"
+        return f"""
+typedef __m256i mask_t;
+static inline mask_t col_mask(int64_t rem)
+{{
+    int64_t r = rem < 0 ? 0 : rem > {p.vl} ? {p.vl} : rem;
+    return {cmp}({set1}r), {iota});
+}}
+#define MLOAD(m, ptr) _mm256_maskload_{sfx}(ptr, m)
+#define MSTORE(m, ptr, v) _mm256_maskstore_{sfx}(ptr, m, v)
+"""
+    return ""
 
 
 def _ukernels(p: BlisParams, v: _Vec) -> str:
-    """Two micro-kernels sharing the compute part.
+    """The micro-kernel (compute into ``acc``) and the two epilogue stores.
 
-    ``ukernel_c`` writes a full MR x NR tile of C with the epilogue fused into the store;
-    ``ukernel_t`` writes the raw accumulators to an aligned temp tile, from which ``edge``
-    copies the valid part of a partial tile (so edges never need a scalar GEMM).
+    ``store_full`` writes a full MR x NR tile of C with the epilogue fused into the store
+    (bias on the first KC block, accumulate C on later ones, ReLU on the last);
+    ``store_edge`` does the same for a partial tile: only its ``mr`` rows, and masked vector
+    loads/stores for its ``nr`` columns (AVX-512 and AVX2), so nothing outside C is touched
+    and no scalar loop runs; the portable kernel copies edge elements one by one.
     """
     has_bias = p.epilogue in ("bias", "bias_relu")
     has_relu = p.epilogue == "bias_relu"
-    compute = "\n".join(_ukernel_compute(p, v))
-    head = "static inline __attribute__((always_inline)) void"
-    sig = "int64_t kc, const T *restrict a, const T *restrict b"
-    # C rows are prefetched for writing before the k loop, so the store doesn't stall.
-    prefetch = "\n".join(
-        f"    __builtin_prefetch(c + {i} * ldc, 1, 3);"
-        f" __builtin_prefetch(c + {i} * ldc + {p.nr - 1}, 1, 3);"
-        for i in range(p.mr)
-    )
-    first = []
-    if has_bias:
+    compute = _generic_ukernel(p, v) if p.isa == "generic" else _asm_ukernel(p)
+
+    def tile_ops(i: str, j: int, load: str, store: str) -> list[str]:
+        # load(ptr) / store(ptr, value) spell full or masked accesses.
+        out = [f"{v.type} x_ = {v.load}(acc + {i} * NR + {j * p.vl});"]
+        bias_term = f"x_ = {v.add}(x_, {load.format(f'bias + {j * p.vl}')});" if has_bias else ""
+        out.append(f"if (first) {{ {bias_term} }}")
+        out.append(f"else x_ = {v.add}(x_, {load.format(f'c + {i} * ldc + {j * p.vl}')});")
+        if has_relu:
+            out.append(f"if (last) x_ = {v.max}(x_, {v.zero});")
+        out.append(store.format(f"c + {i} * ldc + {j * p.vl}") + ";")
+        return out
+
+    full = []
+    for i in range(p.mr):
         for j in range(p.nv):
-            first.append(f"        {v.type} bias{j} = {v.loadu}(bias + {j * p.vl});")
-        for i in range(p.mr):
-            for j in range(p.nv):
-                first.append(f"        c{i}_{j} = {v.add}(c{i}_{j}, bias{j});")
-    accumulate = [
-        f"        c{i}_{j} = {v.add}(c{i}_{j}, {v.loadu}(c + {i} * ldc + {j * p.vl}));"
-        for i in range(p.mr)
-        for j in range(p.nv)
-    ]
-    relu = []
-    if has_relu:
-        relu.append(f"    if (last) {{ {v.type} z_ = {v.zero};")
-        relu.extend(
-            f"        c{i}_{j} = {v.max}(c{i}_{j}, z_);" for i in range(p.mr) for j in range(p.nv)
-        )
-        relu.append("    }")
-    store_c = [
-        f"    {v.storeu}(c + {i} * ldc + {j * p.vl}, c{i}_{j});"
-        for i in range(p.mr)
-        for j in range(p.nv)
-    ]
-    store_t = [
-        f"    {v.storeu}(t + {i * p.nr + j * p.vl}, c{i}_{j});"
-        for i in range(p.mr)
-        for j in range(p.nv)
-    ]
-    nl = "\n"
-    return f"""
-{head} ukernel_c({sig}, T *restrict c, int64_t ldc, const T *restrict bias, int first, int last)
-{{
-{prefetch}
-{compute}
-    if (first) {{
-{nl.join(first) or "        (void)bias;"}
-    }} else {{
-{nl.join(accumulate)}
-    }}
-{nl.join(relu) or "    (void)last;"}
-{nl.join(store_c)}
-}}
-
-{head} ukernel_t({sig}, T *restrict t)
-{{
-{compute}
-{nl.join(store_t)}
-}}
-
-static void edge(int64_t kc, const T *restrict a, const T *restrict b, T *restrict c,
-                 int64_t ldc, int64_t mr, int64_t nr, const T *restrict bias, int first, int last)
-{{
-    T t[MR * NR] __attribute__((aligned({BUFFER_ALIGN})));
-    ukernel_t(kc, a, b, t);
+            ops = tile_ops(str(i), j, v.loadu + "({})", v.storeu + "({}, x_)")
+            full.append("    { " + " ".join(ops) + " }")
+    if p.isa == "generic":
+        edge_body = f"""
     for (int64_t i = 0; i < mr; ++i) {{
         T *restrict ci = c + i * ldc;
-        const T *restrict ti = t + i * NR;
+        const T *restrict ti = acc + i * NR;
         for (int64_t j = 0; j < nr; ++j) {{
             T x = ti[j];
             if (first) x += {"bias[j]" if has_bias else "0"};
             else x += ci[j];
-            {"if (last && !(x > 0)) x = 0;" if has_relu else "(void)last;"}
+            {"if (last && !(x > 0)) x = 0;" if has_relu else ""}
             ci[j] = x;
         }}
+    }}"""
+    else:
+        masks = "\n".join(f"    mask_t m{j} = col_mask(nr - {j * p.vl});" for j in range(p.nv))
+        rows = []
+        for j in range(p.nv):
+            # A vector wholly right of the edge has an empty mask: skip it rather than run
+            # masked no-ops.
+            ops = tile_ops("i", j, f"MLOAD(m{j}, {{}})", f"MSTORE(m{j}, {{}}, x_)")
+            rows.append(f"        if (nr > {j * p.vl}) {{ " + " ".join(ops) + " }")
+        edge_body = masks + "\n    for (int64_t i = 0; i < mr; ++i) {\n"
+        edge_body += "\n".join(rows) + "\n    }"
+    nl = "\n"
+    return f"""
+{_masks(p)}
+{compute}
+
+static inline __attribute__((always_inline)) void
+store_full(const T *restrict acc, T *restrict c, int64_t ldc, const T *restrict bias, int first,
+           int last)
+{{
+{nl.join(full)}
+    (void)bias; (void)last;
+}}
+
+static void store_edge(const T *restrict acc, T *restrict c, int64_t ldc, int64_t mr, int64_t nr,
+                       const T *restrict bias, int first, int last)
+{{
+{edge_body}
+    (void)bias; (void)last;
+}}
+"""
+
+
+def _transpose(p: BlisParams) -> list[str]:
+    """In-register transpose of r0..r{w-1} (w rows of w elements) into o0..o{w-1} (columns)."""
+    if p.dtype == "float32":
+        lines = []
+        for h in range(4):
+            lo, hi = 2 * h, 2 * h + 1
+            lines.append(f"__m256 t{lo} = _mm256_unpacklo_ps(r{lo}, r{hi});")
+            lines.append(f"__m256 t{hi} = _mm256_unpackhi_ps(r{lo}, r{hi});")
+        for base in (0, 4):
+            for q, (x, y, sh) in enumerate(
+                [
+                    (0, 2, "1, 0, 1, 0"),
+                    (0, 2, "3, 2, 3, 2"),
+                    (1, 3, "1, 0, 1, 0"),
+                    (1, 3, "3, 2, 3, 2"),
+                ]
+            ):
+                lines.append(
+                    f"__m256 u{base + q} = _mm256_shuffle_ps(t{base + x}, t{base + y},"
+                    f" _MM_SHUFFLE({sh}));"
+                )
+        for q in range(4):
+            lines.append(f"__m256 o{q} = _mm256_permute2f128_ps(u{q}, u{q + 4}, 0x20);")
+            lines.append(f"__m256 o{q + 4} = _mm256_permute2f128_ps(u{q}, u{q + 4}, 0x31);")
+        return lines
+    return [
+        "__m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);",
+        "__m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);",
+        "__m256d o0 = _mm256_permute2f128_pd(t0, t2, 0x20);",
+        "__m256d o1 = _mm256_permute2f128_pd(t1, t3, 0x20);",
+        "__m256d o2 = _mm256_permute2f128_pd(t0, t2, 0x31);",
+        "__m256d o3 = _mm256_permute2f128_pd(t1, t3, 0x31);",
+    ]
+
+
+def _pack_a(p: BlisParams) -> str:
+    """pack_a: row-major A into MR-row micro-panels, which is a transpose of each MR x KC block.
+
+    With AVX2 (also on AVX-512 hosts) full panels are transposed W x W at a time in registers
+    (W = 8 floats or 4 doubles per 256-bit vector): W rows of W k-values are loaded, transposed,
+    and each column (one k, W rows) is stored with one vector store. A group of fewer than W
+    rows (MR not a multiple of W) stores a full vector anyway: the extra elements land on the
+    next k's start, which the groups are ordered to overwrite afterwards (the last group goes
+    first), and past the last panel into PACK_SLACK. Partial panels and the KC tail are scalar.
+    """
+    scalar_full = """
+            for (; p < kc; ++p) {
+                const T *restrict src = a + ir * lda + p;
+                for (int64_t i = 0; i < MR; ++i) ap[p * MR + i] = src[i * lda];
+            }"""
+    vector = ""
+    if p.isa != "generic":
+        w = 32 // ELEMENT_BYTES[p.dtype]
+        vt = "__m256" if p.dtype == "float32" else "__m256d"
+        sfx = "ps" if p.dtype == "float32" else "pd"
+        groups = []
+        for g in reversed(range(0, p.mr, w)):
+            rows = min(w, p.mr - g)
+            body = [
+                f"{vt} r{i} = _mm256_loadu_{sfx}(src + {g + i} * lda);"
+                if i < rows
+                else f"{vt} r{i} = _mm256_setzero_{sfx}();"
+                for i in range(w)
+            ]
+            body += _transpose(p)
+            body += [f"_mm256_storeu_{sfx}(ap + (p + {q}) * MR + {g}, o{q});" for q in range(w)]
+            groups.append("                { " + "\n                  ".join(body) + " }")
+        vector = f"""
+            for (; p + {w} <= kc; p += {w}) {{
+                const T *restrict src = a + ir * lda + p;
+{chr(10).join(groups)}
+            }}""".replace("\\n", "\n")
+    return f"""
+/* A[mc x kc] (row-major, leading dim lda) -> MR-row micro-panels, zero-padded to MR rows:
+   panel r holds A[r*MR + i][p] at ap[r*MR*kc + p*MR + i]. */
+static void pack_a(int64_t mc, int64_t kc, const T *restrict a, int64_t lda, T *restrict ap)
+{{
+    for (int64_t ir = 0; ir < mc; ir += MR) {{
+        int64_t mr = mc - ir < MR ? mc - ir : MR;
+        if (mr == MR) {{
+            int64_t p = 0;{vector}{scalar_full}
+        }} else {{
+            for (int64_t p = 0; p < kc; ++p) {{
+                const T *restrict src = a + ir * lda + p;
+                int64_t i = 0;
+                for (; i < mr; ++i) ap[p * MR + i] = src[i * lda];
+                for (; i < MR; ++i) ap[p * MR + i] = 0;
+            }}
+        }}
+        ap += MR * kc;
     }}
-    (void)bias;
 }}
 """
 
@@ -272,39 +461,21 @@ static __thread T *tl_b;
 
 static T *buffer_a(void)
 {
-    if (!tl_a && posix_memalign((void **)&tl_a, 4096, sizeof(T) * (size_t)MC_EFF * KC)) tl_a = 0;
+    /* PACK_SLACK: the vectorised pack_a may write one vector past the last panel. */
+    size_t size = sizeof(T) * ((size_t)MC_EFF * KC + PACK_SLACK);
+    if (!tl_a && posix_memalign((void **)&tl_a, 4096, size)) tl_a = 0;
     return tl_a;
 }
 
 static T *buffer_b(void)
 {
-    if (!tl_b && posix_memalign((void **)&tl_b, 4096, sizeof(T) * (size_t)NC_EFF * KC)) tl_b = 0;
+    /* Read in place (PACKB 0), B needs a buffer only for the zero-padded edge panel. */
+    size_t cols = PACKB ? (size_t)NC_EFF : (size_t)NR;
+    if (!tl_b && posix_memalign((void **)&tl_b, 4096, sizeof(T) * cols * KC)) tl_b = 0;
     return tl_b;
 }
 
-/* A[mc x kc] (row-major, leading dim lda) -> MR-row micro-panels, zero-padded to MR rows:
-   panel r holds A[r*MR + i][p] at ap[r*MR*kc + p*MR + i]. */
-static void pack_a(int64_t mc, int64_t kc, const T *restrict a, int64_t lda, T *restrict ap)
-{
-    for (int64_t ir = 0; ir < mc; ir += MR) {
-        int64_t mr = mc - ir < MR ? mc - ir : MR;
-        if (mr == MR) {
-            for (int64_t p = 0; p < kc; ++p) {
-                const T *restrict src = a + ir * lda + p;
-                for (int64_t i = 0; i < MR; ++i) ap[p * MR + i] = src[i * lda];
-            }
-        } else {
-            for (int64_t p = 0; p < kc; ++p) {
-                const T *restrict src = a + ir * lda + p;
-                int64_t i = 0;
-                for (; i < mr; ++i) ap[p * MR + i] = src[i * lda];
-                for (; i < MR; ++i) ap[p * MR + i] = 0;
-            }
-        }
-        ap += MR * kc;
-    }
-}
-
+PACK_A
 /* One NR-column micro-panel of B[kc x nr], zero-padded to NR columns:
    B[p][j] at bp[p*NR + j]. */
 static void pack_b_panel(int64_t kc, int64_t nr, const T *restrict b, int64_t ldb, T *restrict bp)
@@ -320,28 +491,58 @@ static void pack_b_panel(int64_t kc, int64_t nr, const T *restrict b, int64_t ld
     }
 }
 
+/* Prepare the KC x nc block of B for the macro-kernel: pack every micro-panel (PACKB 1), or
+   only the partial last one (PACKB 0: full panels are read where they are). */
 static void pack_b(int64_t kc, int64_t nc, const T *restrict b, int64_t ldb, T *restrict bp)
 {
-    for (int64_t jr = 0; jr < nc; jr += NR)
-        pack_b_panel(kc, nc - jr < NR ? nc - jr : NR, b + jr, ldb, bp + jr * kc);
+    if (PACKB) {
+        for (int64_t jr = 0; jr < nc; jr += NR)
+            pack_b_panel(kc, nc - jr < NR ? nc - jr : NR, b + jr, ldb, bp + jr * kc);
+    } else if (nc % NR) {
+        pack_b_panel(kc, nc % NR, b + nc - nc % NR, ldb, bp);
+    }
 }
 
-/* The two innermost loops: B micro-panel (jr) stays in L1 while A micro-panels (ir) stream. */
-static void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const T *ap, const T *bp, T *c,
-                         int64_t ldc, const T *bias, int first, int last)
+/* The two innermost loops: B micro-panel (jr) stays in L1 while A micro-panels (ir) stream.
+   `b` is the unpacked KC x nc block (used when PACKB is 0), `bp` what pack_b made of it. */
+static void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const T *ap, const T *bp,
+                         const T *b, int64_t ldb, T *c, int64_t ldc, const T *bias, int first,
+                         int last)
 {
+    T acc[MR * NR] __attribute__((aligned(64)));
     for (int64_t jr = 0; jr < nc; jr += NR) {
         int64_t nr = nc - jr < NR ? nc - jr : NR;
-        const T *bpan = bp + jr * kc;
+        const T *bpan = PACKB ? bp + jr * kc : nr == NR ? b + jr : bp;
+        int64_t bstride = PACKB || nr < NR ? NR : ldb;
         const T *bj = bias ? bias + jr : 0;
         for (int64_t ir = 0; ir < mc; ir += MR) {
             int64_t mr = mc - ir < MR ? mc - ir : MR;
+            T *cij = c + ir * ldc + jr;
+            /* C rows are fetched for writing while the k loop runs, so the store doesn't
+               stall on them. */
+            for (int64_t i = 0; i < mr; ++i) {
+                __builtin_prefetch(cij + i * ldc, 1, 3);
+                __builtin_prefetch(cij + i * ldc + nr - 1, 1, 3);
+            }
+            ukernel(kc, ap + ir * kc, bpan, bstride, acc);
             if (mr == MR && nr == NR)
-                ukernel_c(kc, ap + ir * kc, bpan, c + ir * ldc + jr, ldc, bj, first, last);
+                store_full(acc, cij, ldc, bj, first, last);
             else
-                edge(kc, ap + ir * kc, bpan, c + ir * ldc + jr, ldc, mr, nr, bj, first, last);
+                store_edge(acc, cij, ldc, mr, nr, bj, first, last);
         }
     }
+}
+
+/* The block size for `total` in the fewest blocks of at most `max` (a multiple of `align`),
+   made equal up to `align`: K = 777 with KC = 384 runs as 259 x 3, not 384 + 384 + 9, whose
+   thin last block pays a full pass over C for little work. */
+static int64_t balanced(int64_t total, int64_t max, int64_t align)
+{
+    if (total <= 0) return max;
+    int64_t blocks = (total + max - 1) / max;
+    int64_t size = (total + blocks - 1) / blocks;
+    size = (size + align - 1) / align * align;
+    return size < max ? size : max;
 }
 
 /* [lo, hi) of part `idx` when `total` is split into `parts` pieces aligned to `align`. */
@@ -364,14 +565,17 @@ static int gemm_cols(int64_t m, int64_t n0, int64_t n1, int64_t k, const T *a, i
     if (!ap || !bp) return -1;
     for (int64_t jc = n0; jc < n1; jc += NC_EFF) {
         int64_t nc = n1 - jc < NC_EFF ? n1 - jc : NC_EFF;
-        for (int64_t pc = 0; pc < k; pc += KC) {
-            int64_t kc = k - pc < KC ? k - pc : KC;
+        int64_t kc_step = balanced(k, KC, 1);
+        for (int64_t pc = 0; pc < k; pc += kc_step) {
+            int64_t kc = k - pc < kc_step ? k - pc : kc_step;
             int first = pc == 0, last = pc + kc == k;
-            pack_b(kc, nc, b + pc * ldb + jc, ldb, bp);
-            for (int64_t ic = 0; ic < m; ic += MC_EFF) {
-                int64_t mc = m - ic < MC_EFF ? m - ic : MC_EFF;
+            const T *bk = b + pc * ldb + jc;
+            pack_b(kc, nc, bk, ldb, bp);
+            int64_t mc_step = balanced(m, MC_EFF, MR);
+            for (int64_t ic = 0; ic < m; ic += mc_step) {
+                int64_t mc = m - ic < mc_step ? m - ic : mc_step;
                 pack_a(mc, kc, a + ic * lda + pc, lda, ap);
-                macro_kernel(mc, nc, kc, ap, bp, c + ic * ldc + jc, ldc,
+                macro_kernel(mc, nc, kc, ap, bp, bk, ldb, c + ic * ldc + jc, ldc,
                              bias ? bias + jc : 0, first, last);
             }
         }
@@ -388,6 +592,10 @@ int tunehub_gemm(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, const
 }
 """
 
+# No PAR=jr: on the machines this targets (each core with its own L2), splitting jr makes the
+# threads share one A block and one B panel, so they pay a barrier per KC block for nothing
+# PAR=ic (private A blocks, shared B) and PAR=jc (private everything, no barriers) lack; jr pays
+# where many cores share an L2 and M is too small to split by ic (BLIS on Xeon Phi).
 # PAR=jc: every thread runs the serial loop nest on its own NR-aligned column range, with its
 # own packing buffers (B is not shared, so no barriers).
 _ENTRY_JC = r"""
@@ -422,18 +630,26 @@ int tunehub_gemm(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, const
         if (!ap) failed = 1;
         for (int64_t jc = 0; jc < n; jc += NC_EFF) {
             int64_t nc = n - jc < NC_EFF ? n - jc : NC_EFF;
-            for (int64_t pc = 0; pc < k; pc += KC) {
-                int64_t kc = k - pc < KC ? k - pc : KC;
+            int64_t kc_step = balanced(k, KC, 1);
+            for (int64_t pc = 0; pc < k; pc += kc_step) {
+                int64_t kc = k - pc < kc_step ? k - pc : kc_step;
                 int first = pc == 0, last = pc + kc == k;
-                #pragma omp for schedule(static)
-                for (int64_t jr = 0; jr < nc; jr += NR)
-                    pack_b_panel(kc, nc - jr < NR ? nc - jr : NR, b + pc * ldb + jc + jr, ldb,
-                                 bp + jr * kc);
+                const T *bk = b + pc * ldb + jc;
+                if (PACKB) {
+                    #pragma omp for schedule(static)
+                    for (int64_t jr = 0; jr < nc; jr += NR)
+                        pack_b_panel(kc, nc - jr < NR ? nc - jr : NR, bk + jr, ldb,
+                                     bp + jr * kc);
+                } else {
+                    #pragma omp single
+                    pack_b(kc, nc, bk, ldb, bp);
+                }
                 if (ap) {
-                    for (int64_t ic = lo; ic < hi; ic += MC_EFF) {
-                        int64_t mc = hi - ic < MC_EFF ? hi - ic : MC_EFF;
+                    int64_t mc_step = balanced(hi - lo, MC_EFF, MR);
+                    for (int64_t ic = lo; ic < hi; ic += mc_step) {
+                        int64_t mc = hi - ic < mc_step ? hi - ic : mc_step;
                         pack_a(mc, kc, a + ic * lda + pc, lda, ap);
-                        macro_kernel(mc, nc, kc, ap, bp, c + ic * ldc + jc, ldc,
+                        macro_kernel(mc, nc, kc, ap, bp, bk, ldb, c + ic * ldc + jc, ldc,
                                      bias ? bias + jc : 0, first, last);
                     }
                 }
@@ -458,10 +674,10 @@ static double now_secs(void)
    for repeat_min_secs, so tiny GEMMs are not clock-bound); out[r] is its time per call.
    Inputs and C stay where they are between calls: caches are warm. Returns the number of
    repeats, or -1 if a call failed. */
-int64_t tunehub_bench(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, const T *b,
-                      int64_t ldb, T *c, int64_t ldc, const T *bias, double warmup_secs,
-                      double min_secs, double repeat_min_secs, int64_t min_repeats,
-                      int64_t max_repeats, double *out, int64_t *calls_out)
+static int64_t bench_loop(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, const T *b,
+                          int64_t ldb, T *c, int64_t ldc, const T *bias, double warmup_secs,
+                          double min_secs, double repeat_min_secs, int64_t min_repeats,
+                          int64_t max_repeats, double *out, int64_t *calls_out)
 {
     double t0 = now_secs(), elapsed;
     int64_t warm = 0;
@@ -485,6 +701,35 @@ int64_t tunehub_bench(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, 
         total += e;
     }
     *calls_out = calls;
+    return r;
+}
+
+/* bench_loop, with a single-threaded kernel pinned to the CPU it starts on (so the scheduler
+   cannot migrate it mid-repeat and make it refill its L1/L2), and the caller's affinity put
+   back afterwards. *cpu_out is that CPU, or -1 when not pinned (threaded kernels: the OpenMP
+   team places itself). */
+int64_t tunehub_bench(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, const T *b,
+                      int64_t ldb, T *c, int64_t ldc, const T *bias, double warmup_secs,
+                      double min_secs, double repeat_min_secs, int64_t min_repeats,
+                      int64_t max_repeats, double *out, int64_t *calls_out, int64_t *cpu_out)
+{
+    *cpu_out = -1;
+#if THREADS == 1
+    cpu_set_t saved, one;
+    int cpu = sched_getcpu();
+    int pinned = 0;
+    if (cpu >= 0 && sched_getaffinity(0, sizeof saved, &saved) == 0) {
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        pinned = sched_setaffinity(0, sizeof one, &one) == 0;
+        if (pinned) *cpu_out = cpu;
+    }
+#endif
+    int64_t r = bench_loop(m, n, k, a, lda, b, ldb, c, ldc, bias, warmup_secs, min_secs,
+                           repeat_min_secs, min_repeats, max_repeats, out, calls_out);
+#if THREADS == 1
+    if (pinned) sched_setaffinity(0, sizeof saved, &saved);
+#endif
     return r;
 }
 
@@ -520,7 +765,7 @@ def generate_source(p: BlisParams) -> str:
     ``tunehub_release()`` (frees the packing buffers) and ``tunehub_abi_version()``.
     """
     v = _Vec(p)
-    headers = ["stdint.h", "stdlib.h", "string.h", "time.h"]
+    headers = ["sched.h", "stdint.h", "stdlib.h", "string.h", "time.h"]
     if p.isa in ("avx512", "avx2"):
         headers.append("immintrin.h")
     if p.threads > 1:
@@ -529,8 +774,9 @@ def generate_source(p: BlisParams) -> str:
     parts = [
         "/* generated by tunehub (blis.gemm): "
         f"{p.dtype} {p.epilogue} {p.isa} MR={p.mr} NR={p.nr} KC={p.kc} MC={p.mc} NC={p.nc} "
-        f"UNROLL={p.unroll} threads={p.threads} PAR={p.par} */",
-        "#define _POSIX_C_SOURCE 200809L",
+        f"UNROLL={p.unroll} threads={p.threads} PAR={p.par} PREFETCH={p.prefetch} "
+        f"PACKB={int(p.packb)} */",
+        "#define _GNU_SOURCE",
         *(f"#include <{h}>" for h in headers),
         f"typedef {p.c_type} T;",
         f"#define MR {p.mr}",
@@ -539,9 +785,11 @@ def generate_source(p: BlisParams) -> str:
         f"#define MC_EFF {p.mc_eff}",
         f"#define NC_EFF {p.nc_eff}",
         f"#define THREADS {p.threads}",
+        f"#define PACKB {int(p.packb)}",
+        f"#define PACK_SLACK {32 // ELEMENT_BYTES[p.dtype]}",
         f"#define ABI_VERSION {ABI_VERSION}",
     ]
     if p.isa == "generic":
         parts.append(_generic_helpers(p))
-    parts.extend([_ukernels(p, v), _DRIVER, entry, _TIMER])
+    parts.extend([_ukernels(p, v), _DRIVER.replace("PACK_A\n", _pack_a(p)), entry, _TIMER])
     return "\n".join(parts) + "\n"

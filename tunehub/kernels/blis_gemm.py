@@ -65,13 +65,18 @@ from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 
 Array = npt.NDArray[np.floating]
 
-KNOBS = ("ISA", "MR", "NR", "KC", "MC", "NC", "UNROLL", "threads", "PAR")
+KNOBS = ("ISA", "MR", "NR", "KC", "MC", "NC", "UNROLL", "threads", "PAR", "PREFETCH", "PACKB")
 # Candidate block sizes; each space keeps the ones the cache model allows (see _SpaceModel).
 KC_GRID = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 MC_GRID = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 NC_GRID = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
-UNROLLS = (1, 2, 4)
+UNROLLS = (1, 4)
 DEFAULT_UNROLL = 4
+PREFETCHES = (0, 8, 32)
+PACKED_PREFETCHES = (0, 8)
+DEFAULT_PREFETCH = 0
+NOPACK_PREFETCH = 32
+NOPACK_MAX_M = 256
 MAX_MR = 16
 MAX_NV = 4  # vectors per micro-tile row
 # Used when the target does not report a cache size, and for L1 associativity (not reported).
@@ -113,14 +118,18 @@ def tile_fits(isa: str, mr: int, nv: int, target: Target) -> bool:
 
 
 def space_tiles(isa: str, dtype: str, target: Target) -> list[tuple[int, int]]:
-    """(MR, NR) pairs of the space: they fit the registers and use at least half for C."""
+    """(MR, NR) pairs of the space: they fit the registers and use at least 5/8 of them for C.
+
+    Smaller tiles load more operands per FMA and measure slower (16 x 1 zmm: 0.78x the 6 x 4
+    tile at 127 x 5000 x 2048; 6 x 2 ymm 0.97x at 1024^3); dropping them keeps 40 random
+    trials from spending themselves there."""
     regs = vector_registers(isa, target)
     vl = ISA_VECTOR_BYTES[isa] // ELEMENT_BYTES[dtype]
     return [
         (mr, nv * vl)
         for nv in range(1, MAX_NV + 1)
         for mr in range(1, MAX_MR + 1)
-        if tile_fits(isa, mr, nv, target) and mr * nv >= regs // 2
+        if tile_fits(isa, mr, nv, target) and 8 * mr * nv >= 5 * regs
     ]
 
 
@@ -153,14 +162,24 @@ def _nearest(values: Sequence[int], model: float) -> int:
 class _SpaceModel:
     """The analytical BLIS cache model (Low et al. 2016) for one workload and target.
 
-    - KC: the KC x NR micro-panel of B lives in L1; the model fills all but one way of L1
-      with it (the last way holds the streaming A micro-panel and C). The space allows
-      micro-panels from L1/4 to 2 x L1.
+    - KC: the model keeps the MR x KC micro-panel of A in a quarter of L1 and streams the
+      KC x NR micro-panel of B from L2 (an AVX-512 core's L2 feeds one B vector per MR FMAs);
+      measured on Zen 4, that KC (384 for 6 x 64 fp32) beats the classic "B micro-panel in
+      L1" point (128) by 3-8%. The space allows B micro-panels from L1/4 to 4 x L1, so both
+      regimes are searched.
     - MC: the MC x KC block of A lives in L2; the model fills half of L2 with it (B
-      micro-panels and C pass through the rest). The space allows L2/8 .. L2.
+      micro-panels and C pass through the rest). The space allows L2/8 .. 2 x L2 (blocks
+      slightly over L2 still measure well where L2 is large and non-inclusive).
     - NC: the KC x NC panel of B lives in L3 (shared: the model takes a quarter of it; the
       space allows L3/16 .. L3/2).
     Threads: 1 or all cores, with the parallel loop PAR (ic or jc).
+    PACKB: reading B in place (no packing) only pays when few MR-row passes reuse each B
+    micro-panel, so it is offered for M <= NOPACK_MAX_M, always with software prefetch (the
+    rows of an unpacked micro-panel are ldb apart, on different pages, where the hardware
+    prefetcher does not follow). Packed panels are contiguous and the hardware prefetcher
+    covers them, so PREFETCH there is only 0 or the short distance.
+    UNROLL: the asm loop runs at the same speed for every unroll measured (1, 2, 4 within
+    noise), so the space keeps the two ends.
     Every block size is capped to the workload's dimension (MC <= M, NC <= N, KC <= K).
     """
 
@@ -185,8 +204,8 @@ class _SpaceModel:
         self.threads = tuple(sorted({1, cores}))
         self.pars = ("ic", "jc") if cores > 1 else ("ic",)
 
-    def kc_model(self, nr: int) -> float:
-        return self.l1 * (ASSUMED_L1_WAYS - 1) / ASSUMED_L1_WAYS / (nr * self.elem)
+    def kc_model(self, mr: int) -> float:
+        return self.l1 / 4 / (mr * self.elem)
 
     def mc_model(self, kc: int) -> float:
         return self.l2 / 2 / (kc * self.elem)
@@ -196,11 +215,11 @@ class _SpaceModel:
 
     def _kc_values(self, nr: int) -> tuple[int, ...]:
         row = nr * self.elem
-        return _ladder(KC_GRID, self.l1 / 4 / row, 2 * self.l1 / row, self.workload.k)
+        return _ladder(KC_GRID, self.l1 / 4 / row, 4 * self.l1 / row, self.workload.k)
 
     def _mc_values(self, kc: int) -> tuple[int, ...]:
         row = kc * self.elem
-        return _ladder(MC_GRID, self.l2 / 8 / row, self.l2 / row, self.workload.m)
+        return _ladder(MC_GRID, self.l2 / 8 / row, 2 * self.l2 / row, self.workload.m)
 
     def _nc_values(self, kc: int) -> tuple[int, ...]:
         row = kc * self.elem
@@ -218,6 +237,8 @@ class _SpaceModel:
             Knob("UNROLL", UNROLLS),
             Knob("threads", self.threads),
             Knob("PAR", self.pars),
+            Knob("PREFETCH", PREFETCHES),
+            Knob("PACKB", (True, False) if self.workload.m <= NOPACK_MAX_M else (True,)),
         )
         constraints = (
             KnobConstraint(("ISA", "MR", "NR"), lambda c: (c["ISA"], c["MR"], c["NR"]) in tiles),
@@ -226,13 +247,17 @@ class _SpaceModel:
             KnobConstraint(("KC", "NC"), lambda c: c["NC"] in self.nc_allowed[int(c["KC"])]),
             # One thread has no parallel loop: keep a single spelling of it.
             KnobConstraint(("threads", "PAR"), lambda c: c["threads"] != 1 or c["PAR"] == "ic"),
+            KnobConstraint(
+                ("PACKB", "PREFETCH"),
+                lambda c: c["PREFETCH"] in PACKED_PREFETCHES if c["PACKB"] else c["PREFETCH"] != 0,
+            ),
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
 
     def default(self) -> Config:
         isa = self.isas[0]
         mr, nr = model_tile(isa, self.workload.dtype, self.target)
-        kc = _nearest(self.kc_allowed[nr], min(self.kc_model(nr), self.workload.k))
+        kc = _nearest(self.kc_allowed[nr], min(self.kc_model(mr), self.workload.k))
         mc = _nearest(self.mc_allowed[kc], min(self.mc_model(kc), self.workload.m))
         nc = _nearest(self.nc_allowed[kc], min(self.nc_model(kc), self.workload.n))
         return Config(
@@ -246,6 +271,8 @@ class _SpaceModel:
                 "UNROLL": DEFAULT_UNROLL,
                 "threads": 1,
                 "PAR": "ic",
+                "PREFETCH": DEFAULT_PREFETCH,
+                "PACKB": True,
             }
         )
 
@@ -263,6 +290,12 @@ def params_for(workload: Workload, config: Config) -> BlisParams:
             raise ValueError(f"{name} must be an integer, got {value!r}")
         return value
 
+    def as_bool(name: str) -> bool:
+        value = config[name]
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return value
+
     return BlisParams(
         dtype=workload.dtype,
         epilogue=workload.epilogue,
@@ -275,6 +308,8 @@ def params_for(workload: Workload, config: Config) -> BlisParams:
         unroll=as_int("UNROLL"),
         threads=as_int("threads"),
         par=str(config["PAR"]),
+        prefetch=as_int("PREFETCH"),
+        packb=as_bool("PACKB"),
     )
 
 
@@ -285,6 +320,7 @@ class BenchResult:
     repeat_secs: tuple[float, ...]
     calls_per_repeat: int
     warmup_secs: float
+    pinned_cpu: int | None = None  # the CPU a single-threaded kernel was timed on
 
 
 _I64 = ctypes.c_int64
@@ -310,10 +346,10 @@ class GemmKernel:
         self._gemm.restype = ctypes.c_int
         self._bench = self._lib.tunehub_bench
         # m, n, k, (A, lda), (B, ldb), (C, ldc), bias, warmup/min/repeat secs, min/max repeats,
-        # out secs, out calls
+        # out secs, out calls, out pinned CPU
         self._bench.argtypes = [
             _I64, _I64, _I64, _PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR,
-            _F64, _F64, _F64, _I64, _I64, _PTR, _PTR,
+            _F64, _F64, _F64, _I64, _I64, _PTR, _PTR, _PTR,
         ]  # fmt: skip
         self._bench.restype = _I64
         release = self._lib.tunehub_release
@@ -413,6 +449,7 @@ class GemmKernel:
         a, b, bias, out = self._operands(a, b, bias, out)
         secs = np.zeros(max_repeats, dtype=np.float64)
         calls = np.zeros(1, dtype=np.int64)
+        cpu = np.full(1, -1, dtype=np.int64)
         done = self._bench(
             *self._args(a, b, bias, out),
             warmup_secs,
@@ -422,10 +459,17 @@ class GemmKernel:
             max_repeats,
             secs.ctypes.data,
             calls.ctypes.data,
+            cpu.ctypes.data,
         )
         if done < 0:
             raise KernelError("kernel could not allocate its packing buffers")
-        return BenchResult(tuple(float(s) for s in secs[:done]), int(calls[0]), warmup_secs)
+        pinned = int(cpu[0])
+        return BenchResult(
+            tuple(float(s) for s in secs[:done]),
+            int(calls[0]),
+            warmup_secs,
+            pinned if pinned >= 0 else None,
+        )
 
 
 def random_operands(
@@ -446,7 +490,7 @@ class BlisGemmTemplate(Template):
     (else ``default_build_dir(workdir)``: $TUNEHUB_BUILD_DIR, $TUNEHUB_HOME/build, workdir)."""
 
     name = "blis.gemm"
-    version = 1
+    version = 2
 
     def __init__(self, build_dir: Path | None = None) -> None:
         self.build_dir = build_dir
@@ -629,6 +673,7 @@ class BlisGemmTemplate(Template):
             cache_policy="warm",
             calls_per_repeat=bench.calls_per_repeat,
             warmup_secs=bench.warmup_secs,
+            pinned_cpu=bench.pinned_cpu,
         )
         if not bench.repeat_secs or not all(0 < s < math.inf for s in bench.repeat_secs):
             return MeasureResult(
