@@ -490,6 +490,7 @@ class BlisGemmTemplate(Template):
     (else ``default_build_dir(workdir)``: $TUNEHUB_BUILD_DIR, $TUNEHUB_HOME/build, workdir)."""
 
     name = "blis.gemm"
+    baseline_template = "numpy.matmul"
     version = 2
 
     def __init__(self, build_dir: Path | None = None) -> None:
