@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from tunehub.core import Config, MeasureRequest, MeasureStatus, Workload, local_cpu_target
 from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
 from tunehub.kernels.registry import get_template
-from tunehub.kernels.timing import time_calls
+from tunehub.kernels.timing import current_cpu, pinned_to_current_cpu, time_calls
 
 
 def request(workload: Workload, threads: int = 1) -> MeasureRequest:
@@ -31,6 +32,7 @@ def test_baseline_measures_ok_with_every_repeat(tmp_path: Path, dtype: str, epil
     env = result.environment
     assert env["threads"] == 1 and env["numpy"] and env["calls_per_repeat"] >= 1
     assert "blas" in env  # which library numpy runs, for the lookup's answer
+    assert env["pinned_cpu"] in os.sched_getaffinity(0)
 
 
 def test_baseline_thread_knob_is_bounded_by_the_cores(tmp_path: Path) -> None:
@@ -63,3 +65,12 @@ def test_time_calls_follows_the_repeat_policy() -> None:
     assert len(one.repeat_secs) == 1
     with pytest.raises(ValueError, match="max_repeats"):
         time_calls(lambda: None, min_secs=0.01, max_repeats=0)
+
+
+def test_pinning_holds_the_thread_on_one_cpu_and_restores_it() -> None:
+    before = os.sched_getaffinity(0)
+    with pinned_to_current_cpu() as cpu:
+        assert cpu is not None
+        assert os.sched_getaffinity(0) == {cpu}
+        assert current_cpu() == cpu
+    assert os.sched_getaffinity(0) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from tunehub.kernels.blis_gemm import random_operands
 from tunehub.kernels.environment import measurement_environment
 from tunehub.kernels.reference import check_gemm, sample_rows
 from tunehub.kernels.space import Knob, SearchSpace
-from tunehub.kernels.timing import time_calls
+from tunehub.kernels.timing import pinned_to_current_cpu, time_calls
 
 
 def blas_description() -> dict[str, Any]:
@@ -38,7 +39,8 @@ class NumpyGemmBaseline(Template):
     it. The one knob is ``threads``, set through threadpoolctl for the timed calls.
 
     Verified and timed exactly as ``blis.gemm`` is: fresh random inputs, NaN-poisoned output,
-    the same check, then warm-cache repeats (see ``tunehub.kernels.timing``).
+    the same check, then warm-cache repeats (see ``tunehub.kernels.timing``), pinned to one
+    CPU when single-threaded.
     """
 
     name = "numpy.matmul"
@@ -103,10 +105,13 @@ class NumpyGemmBaseline(Template):
                     verify_secs=verify_secs,
                     environment=environment,
                 )
-            start = time.perf_counter()
-            timing = time_calls(call, min_secs=min_secs, max_repeats=max_repeats)
-            run_secs = time.perf_counter() - start
-        environment.update(calls_per_repeat=timing.calls_per_repeat)
+            # One thread is pinned while timed, as blis.gemm's C loop pins its kernel.
+            pin = pinned_to_current_cpu() if threads == 1 else contextlib.nullcontext(None)
+            with pin as cpu:
+                start = time.perf_counter()
+                timing = time_calls(call, min_secs=min_secs, max_repeats=max_repeats)
+                run_secs = time.perf_counter() - start
+        environment.update(calls_per_repeat=timing.calls_per_repeat, pinned_cpu=cpu)
         return MeasureResult(
             MeasureStatus.OK,
             repeat_secs=timing.repeat_secs,

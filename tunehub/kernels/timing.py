@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 # Same defaults as blis.gemm's C loop (tunehub_bench), so both sides are timed alike.
 MIN_REPEATS = 3
@@ -61,3 +64,37 @@ def time_calls(
         secs.append(e / calls)
         total += e
     return Timing(tuple(secs), calls)
+
+
+def current_cpu() -> int | None:
+    """The CPU the calling thread runs on now (Linux), or None where that cannot be read."""
+    try:
+        stat = Path("/proc/thread-self/stat").read_text()
+    except OSError:
+        return None
+    # Field 39 ("processor"), counted after the parenthesised command name, which may hold spaces.
+    fields = stat.rpartition(")")[2].split()
+    try:
+        return int(fields[36])
+    except (IndexError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def pinned_to_current_cpu() -> Iterator[int | None]:
+    """Pin the calling thread to the CPU it is on, as the generated C loop pins a single-threaded
+    kernel, and restore its affinity afterwards. Yields the CPU, or None if pinning failed."""
+    cpu = current_cpu()
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        yield None
+        return
+    saved = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:
+        yield None
+        return
+    try:
+        yield cpu
+    finally:
+        os.sched_setaffinity(0, saved)
