@@ -198,3 +198,30 @@ def test_portable_kernel_where_there_is_no_avx2() -> None:
         for c in TEMPLATE.space(Workload(m=64, n=64, k=64), TARGETS["old-x86"]).points
     }
     assert max(m * n for m, n in arm) > max(m * n for m, n in sse)
+
+
+def test_seed_configs_start_with_the_model_point_and_are_all_valid() -> None:
+    template = BlisGemmTemplate()
+    target = local_cpu_target()
+    for workload in (Workload(m=127, n=5000, k=2048), Workload(m=1024, n=1024, k=1024)):
+        seeds = template.seed_configs(workload, target)
+        space = template.space(workload, target)
+        assert seeds[0] == template.default_config(workload, target)
+        assert all(space.is_valid(c) for c in seeds)
+        assert len({c.key for c in seeds}) == len(seeds)
+        assert {c["threads"] for c in seeds} == {1, target.cores}
+
+
+def test_the_edge_seed_fits_an_odd_m_better_than_the_model_tile() -> None:
+    template = BlisGemmTemplate()
+    workload = Workload(m=127, n=5000, k=2048)
+    seeds = template.seed_configs(workload, local_cpu_target())
+    tiles = {(int(c["MR"]), int(c["NR"])) for c in seeds}
+    assert len(tiles) == 2
+
+    def padded_rows(mr: int) -> int:
+        return -(-workload.m // mr) * mr
+
+    model = template.default_config(workload, local_cpu_target())
+    (edge,) = tiles - {(int(model["MR"]), int(model["NR"]))}
+    assert padded_rows(edge[0]) < padded_rows(int(model["MR"]))

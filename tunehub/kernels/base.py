@@ -35,6 +35,10 @@ class Template(ABC):
     def default_config(self, workload: Workload, target: Target) -> Config:
         """A config that is always valid and reasonable, used when nothing is tuned."""
 
+    def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """Configs a search should measure first (the default; templates add model variants)."""
+        return [self.default_config(workload, target)]
+
     def supports(self, workload: Workload, target: Target) -> str | None:
         """None if this template can run ``workload`` on ``target``, else the reason it can't."""
         return None

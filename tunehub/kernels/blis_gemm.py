@@ -256,7 +256,10 @@ class _SpaceModel:
 
     def default(self) -> Config:
         isa = self.isas[0]
-        mr, nr = model_tile(isa, self.workload.dtype, self.target)
+        return self.point(isa, *model_tile(isa, self.workload.dtype, self.target))
+
+    def point(self, isa: str, mr: int, nr: int) -> Config:
+        """The model's blocking around the ``mr`` x ``nr`` tile, single-threaded, B packed."""
         kc = _nearest(self.kc_allowed[nr], min(self.kc_model(mr), self.workload.k))
         mc = _nearest(self.mc_allowed[kc], min(self.mc_model(kc), self.workload.m))
         nc = _nearest(self.nc_allowed[kc], min(self.nc_model(kc), self.workload.n))
@@ -275,6 +278,22 @@ class _SpaceModel:
                 "PACKB": True,
             }
         )
+
+    def edge_point(self) -> Config:
+        """The model's point for the tile that best fits this M and N: padding M and N up to
+        whole tiles wastes FMAs (127 rows in 6-row tiles compute 132), so each tile of the
+        space is scored by padded/useful work times (1 + operand loads per FMA)."""
+        isa = self.isas[0]
+        vl = ISA_VECTOR_BYTES[isa] // ELEMENT_BYTES[self.workload.dtype]
+        m, n = self.workload.m, self.workload.n
+
+        def score(tile: tuple[int, int]) -> float:
+            mr, nr = tile
+            nv = nr // vl
+            padded = math.ceil(m / mr) * mr * math.ceil(n / nr) * nr / (m * n)
+            return padded * (1 + (mr + nv) / (mr * nv))
+
+        return self.point(isa, *min(self.tiles[isa], key=score))
 
 
 def params_for(workload: Workload, config: Config) -> BlisParams:
@@ -512,6 +531,28 @@ class BlisGemmTemplate(Template):
     def default_config(self, workload: Workload, target: Target) -> Config:
         """The analytical model's point (see _SpaceModel), single-threaded."""
         return _SpaceModel(workload, target).default()
+
+    def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """The model's point, then its variants over the choices the model cannot settle:
+        each thread count and parallel loop, B read in place (with prefetch) where the space
+        offers it, and the same for the tile that best fits M and N (see edge_point).
+        Blocking stays the model's; the search explores around these."""
+        model = _SpaceModel(workload, target)
+        space = model.space()
+        variants = [model.default()]
+        for base in (model.default(), model.edge_point()):
+            for threads in model.threads:
+                for par in model.pars:
+                    for packb in (True, False):
+                        prefetch = DEFAULT_PREFETCH if packb else NOPACK_PREFETCH
+                        variants.append(
+                            base.replace(threads=threads, PAR=par, PACKB=packb, PREFETCH=prefetch)
+                        )
+        seeds: list[Config] = []
+        for config in variants:
+            if config not in seeds and space.is_valid(config):
+                seeds.append(config)
+        return seeds
 
     # --- build -----------------------------------------------------------------------------
     def config_problem(self, workload: Workload, target: Target, config: Config) -> str | None:

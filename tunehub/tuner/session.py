@@ -223,10 +223,11 @@ def session_for_job(
     should_stop: Callable[[], bool] | None = None,
 ) -> Session:
     """The Session that serves ``spec``: its template's space, the strategy seeded with the
-    template's model default, and the template's baseline library (measured if not stored)."""
+    template's seed configs (its analytical model's points), and the template's baseline
+    library (measured if not stored)."""
     template = get_template(spec.template)
     space = template.space(spec.workload, target)
-    prior = [template.default_config(spec.workload, target)]
+    prior = template.seed_configs(spec.workload, target)
     baseline = get_template(template.baseline_template) if template.baseline_template else None
     return Session(
         store=store,
