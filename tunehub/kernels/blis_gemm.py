@@ -13,7 +13,7 @@ vector extensions. M, N and K are runtime arguments, so one build serves every s
 ...                 l2_bytes=1 << 20, l3_bytes=32 << 20, machine="x86_64")
 >>> config = BlisGemmTemplate().default_config(Workload(m=512, n=512, k=512), target)
 >>> config["ISA"], config["MR"], config["NR"], config["KC"]
-('avx2', 4, 24, 256)
+('avx2', 4, 24, 512)
 """
 
 from __future__ import annotations
