@@ -33,6 +33,11 @@ def test_tune_then_lookup_and_jobs(tmp_path: Path) -> None:
     result = json.loads(out.stdout)
     assert result["trials"] == 3
     assert result["gflops"] > 0
+    baseline = result["baseline"]  # OpenBLAS timed beside it, with the best's thread count
+    assert baseline["threads"] == result["config"]["threads"]
+    assert result["speedup_vs_baseline"] == pytest.approx(
+        baseline["median_secs"] / result["median_secs"]
+    )
     assert "trials" in out.stderr  # the progress bar
     found = json.loads(tunehub(tmp_path, "lookup", "33", "17", "29").stdout)
     assert found["config"] == result["config"]

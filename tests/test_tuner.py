@@ -162,6 +162,24 @@ def test_session_resumes_from_stored_records_without_repeats() -> None:
     assert len({r.config.key for r in records}) == 8
 
 
+def test_a_second_job_measures_only_configs_the_first_did_not() -> None:
+    store = MemoryScheduleStore()
+    budget = Budget(max_trials=5, max_secs=60)
+    first = new_job(store, budget)
+    make_session(store, budget, first).run()
+    second = new_job(store, budget)
+    result = make_session(store, budget, second).run()
+    assert result.trials_done == 5
+    one = {r.config.key for r in store.job_records(first)}
+    two = {r.config.key for r in store.job_records(second)}
+    assert len(one) == len(two) == 5 and not one & two
+    # The Schedule is the best of both jobs.
+    everything = store.job_records(first) + store.job_records(second)
+    fastest = min((r for r in everything if r.median_secs), key=lambda r: r.median_secs or 0)
+    schedule = store.get_schedule(workload_key=WORKLOAD.key, target_key=TARGET.target_key)
+    assert schedule is not None and schedule.record_uid == fastest.uid
+
+
 def test_session_stops_when_asked() -> None:
     store = MemoryScheduleStore()
     budget = Budget(max_trials=100, max_secs=60)

@@ -121,7 +121,7 @@ def tune(
     """
     from tunehub.core import JobSpec, JobState
     from tunehub.kernels.registry import UnknownTemplate, get_template
-    from tunehub.tuner import Progress, session_for_job
+    from tunehub.tuner import Progress, baseline_dict, session_for_job
     from tunehub.workers.local import LocalMeasurer
 
     workload = _workload(m, n, k, dtype, epilogue)
@@ -185,6 +185,14 @@ def tune(
     store.set_job_state(job.id, JobState.SUCCEEDED)
     best = result.best
     assert best is not None and best.gflops is not None and best.median_secs is not None
+    threads = best.config.get("threads", 1)
+    baseline = store.get_baseline(
+        workload_key=workload.key,
+        target_key=target.target_key,
+        threads=threads if isinstance(threads, int) else 1,
+    )
+    store.close()
+    speedup = baseline.median_secs / best.median_secs if baseline and baseline.median_secs else None
     out = {
         "job": job.id,
         "workload": workload.label,
@@ -194,16 +202,23 @@ def tune(
         "config": best.config.to_dict(),
         "median_secs": best.median_secs,
         "gflops": best.gflops,
+        "baseline": baseline_dict(baseline),
+        "speedup_vs_baseline": speedup,
     }
     if as_json:
         click.echo(json.dumps(out, indent=2))
-    else:
-        knobs = " ".join(f"{k}={v}" for k, v in best.config.items())
+        return
+    knobs = " ".join(f"{k}={v}" for k, v in best.config.items())
+    click.echo(
+        f"best after {result.trials_done} trials ({result.stopped_by}): "
+        f"{best.gflops:.2f} GFLOP/s, median {best.median_secs * 1e3:.3f} ms\n  {knobs}"
+    )
+    if baseline is not None and baseline.gflops is not None and speedup is not None:
+        verdict = "tunehub is faster" if speedup >= 1 else "the library is faster: use it"
         click.echo(
-            f"best after {result.trials_done} trials ({result.stopped_by}): "
-            f"{best.gflops:.2f} GFLOP/s, median {best.median_secs * 1e3:.3f} ms\n  {knobs}"
+            f"vs {baseline.request.template} on {threads} thread(s): "
+            f"{baseline.gflops:.2f} GFLOP/s, speedup {speedup:.2f}x ({verdict})"
         )
-    store.close()
 
 
 def _server_url(url: str | None) -> str | None:

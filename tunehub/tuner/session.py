@@ -57,8 +57,10 @@ def _faster(a: MeasureRecord | None, b: MeasureRecord) -> MeasureRecord | None:
 class Session:
     """Runs the tuning loop for one workload on one target with one template.
 
-    History — the job's own records when it resumes after a restart — is told to the strategy
-    first, so no config is measured twice and trials already done count against the budget.
+    History is told to the strategy first, so no config is measured twice: the job's own
+    records when it resumes after a restart (they count against its budget), and the records
+    earlier jobs stored for the same workload, target and template version (they do not count;
+    the job explores configs the fleet has not tried, and the Schedule keeps the best of all).
     ``max_secs`` counts the wall time of this run only.
     """
 
@@ -145,10 +147,26 @@ class Session:
             return []
         return self.store.job_records(self.job_id)
 
+    def _shared_history(self) -> list[MeasureRecord]:
+        """Other jobs' (and job-less runs') records of this template version for this workload
+        on this target: what the fleet already measured, which this job need not repeat."""
+        return [
+            r
+            for r in self.store.records_for(
+                workload_key=self.workload.key,
+                target_key=self.target.target_key,
+                template=self.template.name,
+            )
+            if r.request.template_version == self.template.version
+            and (self.job_id is None or r.job_id != self.job_id)
+        ]
+
     def run(self) -> SessionResult:
         start = time.monotonic()
         if self.baseline is not None and not self.should_stop():
             self.measure_baselines()
+        shared = self._shared_history()
+        self.strategy.tell(shared)
         history = self._history()
         self.strategy.tell(history)
         trials = len(history)
@@ -157,6 +175,8 @@ class Session:
             best = _faster(best, record)
         if history:
             log.info("job %s resumes with %d stored trials", self.job_id, trials)
+        if shared:
+            log.info("%d configs already measured by earlier runs are skipped", len(shared))
 
         stopped_by = "max_trials"
         while True:
