@@ -151,6 +151,24 @@ def test_bad_job_requests_are_422_naming_the_field(
     assert client.get("/api/v1/jobs").json()["total"] == 0  # nothing was stored
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"workload": {"m": 8, "n": 8, "k": 8}, "budget": {"max_secs": NaN}}',
+        b'{"workload": {"m": 8, "n": 8, "k": 8}, "budget": {"max_secs": Infinity}}',
+        b'{"workload": {"m": 8, "n": 8, "k": NaN}}',
+        b'{"workload": {"m": 8, "n": 8, "k": 8}, "seed": 1e400}',
+        b'{"workload": {"m": 8, "n": 8, "k": 8}, "colour": -Infinity}',
+    ],
+)
+def test_non_finite_numbers_are_422_not_500(client: TestClient, raw: bytes) -> None:
+    response = client.post(
+        "/api/v1/jobs", content=raw, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    assert all(e["loc"] and e["msg"] for e in response.json()["detail"])
+
+
 def test_non_json_body_is_422(client: TestClient) -> None:
     response = client.post(
         "/api/v1/jobs", content=b"m=1", headers={"content-type": "application/json"}

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 import tunehub
@@ -77,6 +78,18 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI echoes the rejected input; a NaN or 1e400 there cannot be written as JSON,
+        # so each error keeps its location, message and type only.
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        return JSONResponse(
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content={"detail": errors}
+        )
 
     @app.exception_handler(InvalidSpec)
     async def invalid_spec(request: Request, exc: InvalidSpec) -> JSONResponse:

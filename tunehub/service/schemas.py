@@ -20,7 +20,7 @@ StrategyName = Literal["random", "exhaustive"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class WorkloadSpec(_Strict):
@@ -72,6 +72,7 @@ class JobRequest(_Strict):
 
     model_config = ConfigDict(
         extra="forbid",
+        allow_inf_nan=False,
         json_schema_extra={
             "examples": [
                 {
