@@ -59,6 +59,10 @@ def test_bad_sizes_get_a_message_naming_the_argument(tmp_path: Path) -> None:
     assert "m" in proc.stderr and ">= 1" in proc.stderr
     proc = tunehub(tmp_path, "tune", "16", "16", "16", "--dtype", "int4", check=False)
     assert proc.returncode == 2 and "int4" in proc.stderr
+    for flag, value in (("--secs", "1e9"), ("--trials", "200000"), ("--seed", "9" * 20)):
+        proc = tunehub(tmp_path, "tune", "8", "8", "8", flag, value, check=False)
+        assert proc.returncode == 2, (flag, proc.stderr)
+        assert flag in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_db_upgrade_and_current(tmp_path: Path) -> None:

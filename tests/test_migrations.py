@@ -44,7 +44,7 @@ def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'new.db'}"
     assert current_revision(url) is None
     upgrade(url)
-    assert current_revision(url) == head_revision() == "0002"
+    assert current_revision(url) == head_revision() == "0003"
     check_at_head(url)
     upgrade(url)  # at head already: nothing to do
     engine = make_engine(url)
@@ -130,6 +130,7 @@ def test_the_migrations_ship_as_package_data() -> None:
     assert [p.name for p in sorted((MIGRATIONS_DIR / "versions").glob("*.py"))] == [
         "0001_initial.py",
         "0002_baselines.py",
+        "0003_job_owner.py",
     ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 from tunehub.core import (
@@ -16,6 +17,7 @@ from tunehub.core import (
     Workload,
     local_cpu_target,
 )
+from tunehub.core.owner import process_owner
 from tunehub.db import MemoryScheduleStore
 from tunehub.kernels.registry import get_template
 from tunehub.service.runner import JobRunner
@@ -137,7 +139,7 @@ def test_cancel_stops_a_running_job_and_stays_cancelled() -> None:
     assert job.trials_done == done < 1000  # nothing measured after the cancel took effect
 
 
-def test_stop_leaves_the_job_running_and_start_resumes_it() -> None:
+def test_stop_hands_the_job_back_and_a_new_runner_resumes_it() -> None:
     target = local_cpu_target()
     store = MemoryScheduleStore()
     job_id = submit(store, target, trials=12)
@@ -154,7 +156,7 @@ def test_stop_leaves_the_job_running_and_start_resumes_it() -> None:
     while store.get_job(job_id).trials_done < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     first.stop()
-    assert store.get_job(job_id).state is JobState.RUNNING
+    assert store.get_job(job_id).state is JobState.QUEUED  # handed back, not lost
     second = JobRunner(store, lambda: SlowReplay(history), poll_secs=0.01)
     second.start()  # requeues the interrupted job, then claims it again
     try:
@@ -163,3 +165,17 @@ def test_stop_leaves_the_job_running_and_start_resumes_it() -> None:
         second.stop()
     records = store.job_records(job_id)
     assert len(records) == 12 == len({r.config.key for r in records})
+
+
+def test_start_requeues_only_jobs_whose_process_is_gone() -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    dead, alive, remote = (submit(store, target) for _ in range(3))
+    store.claim_job(owner=f"{socket.gethostname()}:999999999:1")  # no such pid
+    store.claim_job(owner=process_owner())  # this very process, e.g. a tunehub tune
+    store.claim_job(owner="some-other-host:1:1")
+    runner = JobRunner(store, lambda: ReplayMeasurer([]))
+    assert runner.requeue_orphans() == [dead]
+    assert store.get_job(dead).state is JobState.QUEUED
+    assert store.get_job(alive).state is JobState.RUNNING
+    assert store.get_job(remote).state is JobState.RUNNING

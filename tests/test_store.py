@@ -256,20 +256,39 @@ def test_set_job_state_sets_timestamps_and_error(store: ScheduleStore) -> None:
     assert (requeued.started_at, requeued.finished_at, requeued.error) == (None, None, "")
 
 
-def test_requeue_running_jobs(store: ScheduleStore) -> None:
-    ids = [new_job(store, seed=i) for i in range(4)]
-    for _ in range(3):
-        store.claim_job()
-    store.set_job_state(ids[1], JobState.SUCCEEDED)
-    assert store.requeue_running_jobs() == [ids[0], ids[2]]
-    assert store.requeue_running_jobs() == []
-    assert store.count_jobs(states=[JobState.QUEUED]) == 3
-    assert store.get_job(ids[0]).started_at is None
-    claimed = store.claim_job()
-    assert claimed is not None and claimed.id == ids[0]
+def test_claims_and_claimed_jobs_record_their_owner(store: ScheduleStore) -> None:
+    ids = [new_job(store) for _ in range(2)]
+    claimed = store.claim_job(owner="host-a:42:1000")
+    assert claimed is not None and claimed.id == ids[0] and claimed.owner == "host-a:42:1000"
+    assert store.get_job(ids[0]).owner == "host-a:42:1000"
+    store.put_target(CPU)
+    own = store.create_job(JobSpec(SQUARE, CPU.target_key), claimed=True, owner="cli:7:9")
+    assert store.get_job(own.id).owner == "cli:7:9"
+    assert store.get_job(ids[1]).owner == ""  # queued: nobody's yet
+    requeued = store.set_job_state(ids[0], JobState.QUEUED)
+    assert (requeued.owner, requeued.started_at) == ("", None)
+    done = store.set_job_state(own.id, JobState.SUCCEEDED)
+    assert done.owner == ""
 
 
-# --- records ---------------------------------------------------------------------------------
+def test_set_job_state_only_from_is_a_conditional_move(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    same = store.set_job_state(job_id, JobState.SUCCEEDED, only_from=(JobState.RUNNING,))
+    assert same.state is JobState.QUEUED and same.finished_at is None  # not running: no move
+    store.claim_job(owner="me:1:1")
+    cancelled = store.set_job_state(
+        job_id,
+        JobState.CANCELLED,
+        error="by request",
+        only_from=(JobState.QUEUED, JobState.RUNNING),
+    )
+    assert cancelled.state is JobState.CANCELLED
+    # The runner finishing afterwards does not overwrite the cancel.
+    after = store.set_job_state(job_id, JobState.SUCCEEDED, only_from=(JobState.RUNNING,))
+    assert after.state is JobState.CANCELLED and after.error == "by request"
+    assert store.get_job(job_id) == after
+
+
 def test_commit_records_skips_stored_uids_and_counts_trials(store: ScheduleStore) -> None:
     job_id = new_job(store)
     first = [record(2e-3, job_id=job_id), record(None, job_id=job_id), record(3e-3)]

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from tunehub.core import Budget, InvalidSpec, Workload, local_cpu_target
+from tunehub.core.job import MAX_SECS, MAX_TRIALS, STRATEGIES
 from tunehub.core.workload import DTYPES, EPILOGUES
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -94,12 +95,10 @@ def serve(host: str | None, port: int | None, no_runner: bool) -> None:
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
 @click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True)
 @click.option("--template", default="blis.gemm", show_default=True)
-@click.option(
-    "--strategy", type=click.Choice(["random", "exhaustive"]), default="random", show_default=True
-)
-@click.option("--trials", type=click.IntRange(1), default=32, show_default=True)
-@click.option("--secs", type=click.FloatRange(min=1), default=300.0, show_default=True)
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="random", show_default=True)
+@click.option("--trials", type=click.IntRange(1, MAX_TRIALS), default=32, show_default=True)
+@click.option("--secs", type=click.FloatRange(1, MAX_SECS), default=300.0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def tune(
     m: int,
@@ -120,6 +119,7 @@ def tune(
     dashboard.
     """
     from tunehub.core import JobSpec, JobState
+    from tunehub.core.owner import process_owner
     from tunehub.kernels.registry import UnknownTemplate, get_template
     from tunehub.tuner import Progress, baseline_dict, session_for_job
     from tunehub.workers.local import LocalMeasurer
@@ -145,13 +145,18 @@ def tune(
         budget=Budget(max_trials=trials, max_secs=secs),
         seed=seed,
     )
-    job = store.create_job(spec, claimed=True)
+    job = store.create_job(spec, claimed=True, owner=process_owner())
     click.echo(
         f"job {job.id}: tuning {workload.label} with {tmpl.name} on {target.label}: "
         f"{len(tmpl.space(workload, target))} configs, {strategy}, "
         f"budget {trials} trials / {secs:.0f}s",
         err=True,
     )
+
+    def finish(state: JobState, error: str) -> None:
+        # Only from RUNNING: a cancel from the dashboard or the API stands.
+        store.set_job_state(job.id, state, error=error, only_from=(JobState.RUNNING,))
+
     measurer = LocalMeasurer(
         build_dir=settings.build_dir,
         timeout_secs=settings.measure_timeout_secs,
@@ -173,17 +178,26 @@ def tune(
                 target=target,
                 job_id=job.id,
                 on_progress=progress,
+                should_stop=lambda: store.get_job(job.id).state is JobState.CANCELLED,
             ).run()
         except BaseException as exc:
-            store.set_job_state(job.id, JobState.FAILED, error=f"{type(exc).__name__}: {exc}")
+            finish(JobState.FAILED, f"{type(exc).__name__}: {exc}")
             raise
         finally:
             measurer.close()
-    if result.best is None:
-        store.set_job_state(job.id, JobState.FAILED, error="no candidate measured ok")
-        _fail(f"no candidate measured ok in {result.trials_done} trials; see `tunehub jobs`")
-    store.set_job_state(job.id, JobState.SUCCEEDED)
+    if result.stopped_by == "cancelled":
+        _fail(f"job {job.id} was cancelled after {result.trials_done} trials")
     best = result.best
+    if best is None:
+        if result.trials_done == 0:
+            finish(JobState.SUCCEEDED, "")
+            _fail(
+                f"every config of {tmpl.name} for {workload.label} was measured before; "
+                f"see `tunehub lookup {m} {n} {k}`"
+            )
+        finish(JobState.FAILED, "no candidate measured ok")
+        _fail(f"no candidate measured ok in {result.trials_done} trials; see `tunehub jobs`")
+    finish(JobState.SUCCEEDED, "")
     assert best is not None and best.gflops is not None and best.median_secs is not None
     threads = best.config.get("threads", 1)
     baseline = store.get_baseline(
@@ -242,9 +256,7 @@ def lookup(m: int, n: int, k: int, dtype: str, epilogue: str, target: str, url: 
 
         try:
             with TunehubClient(server) as client:
-                answer = client.best_schedule(
-                    {**workload.to_dict(), "op": workload.op}, target=target
-                )
+                answer = client.best_schedule(workload.to_dict(), target=target)
         except (TunehubError, OSError) as exc:
             _fail(f"{server}: {exc}")
         if answer is None:
@@ -313,31 +325,26 @@ def db_upgrade_cmd() -> None:
     """Create the database or migrate it to the current schema."""
     from tunehub.db import current_revision, head_revision
     from tunehub.db import upgrade as db_upgrade
+    from tunehub.db.engine import safe_url
 
     settings = _settings()
     settings.home.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url()
     before = current_revision(url)
     db_upgrade(url)
-    click.echo(f"database {_safe_url(url)}: {before or 'empty'} -> {head_revision()} (head)")
+    click.echo(f"database {safe_url(url)}: {before or 'empty'} -> {head_revision()} (head)")
 
 
 @db.command("current")
 def db_current_cmd() -> None:
     """Print the database's schema revision and the head revision."""
     from tunehub.db import current_revision, head_revision
+    from tunehub.db.engine import safe_url
 
     url = _settings().resolved_database_url()
     click.echo(
-        f"database {_safe_url(url)}: {current_revision(url) or 'empty'}; head {head_revision()}"
+        f"database {safe_url(url)}: {current_revision(url) or 'empty'}; head {head_revision()}"
     )
-
-
-def _safe_url(url: str) -> str:
-    """The URL without its password."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 if __name__ == "__main__":

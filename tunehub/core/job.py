@@ -78,6 +78,7 @@ class Job:
     error: str = ""
     best_record_uid: str | None = None
     best_median_secs: float | None = None
+    owner: str = ""  # the process running it (see tunehub.core.owner); "" unless RUNNING
 
     @property
     def best_gflops(self) -> float | None:

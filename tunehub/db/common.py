@@ -11,6 +11,7 @@ from tunehub.core import JobSpec, JobState, MeasureRecord, MeasureStatus, Schedu
 
 KEY_LENGTH = 64  # sha256 hex: workload, target, family and config keys
 UID_LENGTH = 32  # uuid4 hex: record uids
+OWNER_LENGTH = 160  # host:pid:start of the process running a job
 TEMPLATE_LENGTH = 64
 TARGET_KIND_LENGTH = 16
 TARGET_NAME_LENGTH = 256

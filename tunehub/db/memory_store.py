@@ -83,7 +83,7 @@ class MemoryScheduleStore(ScheduleStore):
             return self._workloads.get(workload_key)
 
     # --- jobs ------------------------------------------------------------------------------
-    def create_job(self, spec: JobSpec, *, claimed: bool = False) -> Job:
+    def create_job(self, spec: JobSpec, *, claimed: bool = False, owner: str = "") -> Job:
         """Store a QUEUED (or claimed: RUNNING) job; its target must be stored first."""
         check_spec(spec)
         now = utc_now()
@@ -98,6 +98,7 @@ class MemoryScheduleStore(ScheduleStore):
                 trials_done=0,
                 created_at=now,
                 started_at=now if claimed else None,
+                owner=owner if claimed else "",
             )
             self._next_job_id += 1
             self._jobs[job.id] = job
@@ -120,42 +121,42 @@ class MemoryScheduleStore(ScheduleStore):
         with self._lock:
             return len(self._select_jobs(states))
 
-    def claim_job(self) -> Job | None:
+    def claim_job(self, *, owner: str = "") -> Job | None:
         with self._lock:
             queued = [job for job in self._jobs.values() if job.state is JobState.QUEUED]
             if not queued:
                 return None
             oldest = min(queued, key=lambda job: job.id)
             claimed = dataclasses.replace(
-                oldest, state=JobState.RUNNING, started_at=utc_now(), finished_at=None
+                oldest, state=JobState.RUNNING, started_at=utc_now(), finished_at=None, owner=owner
             )
             self._jobs[claimed.id] = claimed
             return claimed
 
-    def set_job_state(self, job_id: int, state: JobState, *, error: str = "") -> Job:
-        """Move a job to ``state`` and set ``error``; raises JobNotFound.
-
-        QUEUED clears started_at and finished_at; RUNNING keeps or sets started_at; finished
-        states set finished_at.
-        """
+    def set_job_state(
+        self,
+        job_id: int,
+        state: JobState,
+        *,
+        error: str = "",
+        only_from: Sequence[JobState] = (),
+    ) -> Job:
         state = JobState(state)
         with self._lock:
             job = self._job(job_id)
+            if only_from and job.state not in only_from:
+                return job
             started_at, finished_at = job_times(state, job.started_at, job.finished_at, utc_now())
             moved = dataclasses.replace(
-                job, state=state, error=error, started_at=started_at, finished_at=finished_at
+                job,
+                state=state,
+                error=error,
+                started_at=started_at,
+                finished_at=finished_at,
+                owner=job.owner if state is JobState.RUNNING else "",
             )
             self._jobs[job_id] = moved
             return moved
-
-    def requeue_running_jobs(self) -> list[int]:
-        with self._lock:
-            ids = sorted(j.id for j in self._jobs.values() if j.state is JobState.RUNNING)
-            for job_id in ids:
-                self._jobs[job_id] = dataclasses.replace(
-                    self._jobs[job_id], state=JobState.QUEUED, started_at=None, finished_at=None
-                )
-            return ids
 
     # --- records and schedules -------------------------------------------------------------
     def commit_records(self, records: Sequence[MeasureRecord]) -> int:

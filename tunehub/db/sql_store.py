@@ -121,7 +121,7 @@ class SqlScheduleStore(ScheduleStore):
             return None if row is None else _workload(row)
 
     # --- jobs ------------------------------------------------------------------------------
-    def create_job(self, spec: JobSpec, *, claimed: bool = False) -> Job:
+    def create_job(self, spec: JobSpec, *, claimed: bool = False, owner: str = "") -> Job:
         """Store a QUEUED (or claimed: RUNNING) job; its target must be stored first."""
         check_spec(spec)
         now = utc_now()
@@ -143,6 +143,7 @@ class SqlScheduleStore(ScheduleStore):
                 error="",
                 created_at=now,
                 started_at=now if claimed else None,
+                owner=owner if claimed else "",
                 finished_at=None,
             )
             session.add(row)
@@ -173,7 +174,7 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             return int(session.scalar(query) or 0)
 
-    def claim_job(self) -> Job | None:
+    def claim_job(self, *, owner: str = "") -> Job | None:
         jobs = table(JobRow)
         with session_scope(self._write) as session:
             while True:
@@ -191,7 +192,12 @@ class SqlScheduleStore(ScheduleStore):
                 claimed = session.execute(
                     update(jobs)
                     .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED.value)
-                    .values(state=JobState.RUNNING.value, started_at=utc_now(), finished_at=None)
+                    .values(
+                        state=JobState.RUNNING.value,
+                        started_at=utc_now(),
+                        finished_at=None,
+                        owner=owner,
+                    )
                     .returning(jobs.c.id)
                 ).scalar()
                 # Another claimer took it between our read and our update: try the next one.
@@ -199,38 +205,30 @@ class SqlScheduleStore(ScheduleStore):
                     found = session.execute(_jobs_query().where(JobRow.id == job_id)).one()
                     return _job(found[0], _workload(found[1]))
 
-    def set_job_state(self, job_id: int, state: JobState, *, error: str = "") -> Job:
-        """Move a job to ``state`` and set ``error``; raises JobNotFound.
-
-        QUEUED clears started_at and finished_at; RUNNING keeps or sets started_at; finished
-        states set finished_at.
-        """
+    def set_job_state(
+        self,
+        job_id: int,
+        state: JobState,
+        *,
+        error: str = "",
+        only_from: Sequence[JobState] = (),
+    ) -> Job:
         state = JobState(state)
         with session_scope(self._write) as session:
             row = session.get(JobRow, job_id, with_for_update=True)
             if row is None:
                 raise JobNotFound(job_id)
-            row.started_at, row.finished_at = job_times(
-                state, row.started_at, row.finished_at, utc_now()
-            )
-            row.state = state.value
-            row.error = error
-            session.flush()
+            if not only_from or JobState(row.state) in only_from:
+                row.started_at, row.finished_at = job_times(
+                    state, row.started_at, row.finished_at, utc_now()
+                )
+                row.state = state.value
+                row.error = error
+                if state is not JobState.RUNNING:
+                    row.owner = ""
+                session.flush()
             workload = session.get_one(WorkloadRow, row.workload_key)
             return _job(row, _workload(workload))
-
-    def requeue_running_jobs(self) -> list[int]:
-        jobs = table(JobRow)
-        with session_scope(self._write) as session:
-            ids = session.scalars(
-                update(jobs)
-                .where(jobs.c.state == JobState.RUNNING.value)
-                .values(state=JobState.QUEUED.value, started_at=None, finished_at=None)
-                .returning(jobs.c.id)
-            ).all()
-        if ids:
-            log.info("requeued %d running jobs: %s", len(ids), sorted(ids))
-        return sorted(ids)
 
     # --- records and schedules -------------------------------------------------------------
     def commit_records(self, records: Sequence[MeasureRecord]) -> int:
@@ -495,6 +493,7 @@ def _job(row: JobRow, workload: Workload) -> Job:
         error=row.error,
         best_record_uid=row.best_record_uid,
         best_median_secs=row.best_median_secs,
+        owner=row.owner,
     )
 
 

@@ -49,12 +49,11 @@ class ScheduleStore(ABC):
 
     # --- jobs ------------------------------------------------------------------------------
     @abstractmethod
-    def create_job(self, spec: JobSpec, *, claimed: bool = False) -> Job:
+    def create_job(self, spec: JobSpec, *, claimed: bool = False, owner: str = "") -> Job:
         """Store a new QUEUED job (its workload too) and return it with its id.
 
-        ``claimed=True`` stores it RUNNING (started now) instead, for a caller that runs the job
-        itself (``tunehub tune``), so no job runner can claim it first.
-
+        ``claimed=True`` stores it RUNNING (started now, owned by ``owner``) instead, for a
+        caller that runs the job itself (``tunehub tune``), so no job runner can claim it.
         The job's target must be stored first (``put_target``), else ValueError.
         """
 
@@ -72,20 +71,25 @@ class ScheduleStore(ABC):
     def count_jobs(self, *, states: Sequence[JobState] = ()) -> int: ...
 
     @abstractmethod
-    def claim_job(self) -> Job | None:
-        """Atomically move the oldest QUEUED job to RUNNING (setting started_at) and return it."""
+    def claim_job(self, *, owner: str = "") -> Job | None:
+        """Atomically move the oldest QUEUED job to RUNNING (started now, owned by ``owner``)."""
 
     @abstractmethod
-    def set_job_state(self, job_id: int, state: JobState, *, error: str = "") -> Job:
-        """Move a job to ``state``; finished states set finished_at. Raises JobNotFound.
+    def set_job_state(
+        self,
+        job_id: int,
+        state: JobState,
+        *,
+        error: str = "",
+        only_from: Sequence[JobState] = (),
+    ) -> Job:
+        """Move a job to ``state`` with ``error`` and return it; raises JobNotFound.
 
-        ``error`` replaces the job's error. QUEUED clears started_at and finished_at; RUNNING
-        keeps an earlier started_at (or sets it) and clears finished_at.
+        With ``only_from``, the move happens only if the job is in one of those states, checked
+        and written in one transaction; otherwise the job is returned unchanged (compare its
+        state). QUEUED clears started_at, finished_at and the owner; RUNNING keeps or sets
+        started_at; finished states set finished_at and clear the owner.
         """
-
-    @abstractmethod
-    def requeue_running_jobs(self) -> list[int]:
-        """Put every RUNNING job back to QUEUED (after a restart); return their ids."""
 
     # --- records and schedules -------------------------------------------------------------
     @abstractmethod

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from tunehub.db.common import KEY_LENGTH, UID_LENGTH
+from tunehub.db.common import KEY_LENGTH, OWNER_LENGTH, UID_LENGTH
 
 # Stable constraint names let Alembic's batch mode (SQLite table rebuilds) find constraints.
 NAMING_CONVENTION = {
@@ -126,6 +126,8 @@ class JobRow(Base):
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # host:pid:start of the process running the job; "" unless RUNNING.
+    owner: Mapped[str] = mapped_column(String(OWNER_LENGTH), server_default="")
 
 
 class RecordRow(Base):

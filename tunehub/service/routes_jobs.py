@@ -129,7 +129,11 @@ def cancel_job(job_id: JobId, store: StoreDep) -> JobOut:
 
     Cancelling a finished job changes nothing and returns it as it is.
     """
-    job = _get_job(store, job_id)
-    if not job.state.finished:
-        job = store.set_job_state(job_id, JobState.CANCELLED, error="cancelled by request")
+    _get_job(store, job_id)
+    job = store.set_job_state(
+        job_id,
+        JobState.CANCELLED,
+        error="cancelled by request",
+        only_from=(JobState.QUEUED, JobState.RUNNING),
+    )
     return job_out(store, job)

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 
 from tunehub.core import Job, JobState, local_cpu_target
+from tunehub.core.owner import owner_alive, process_owner
 from tunehub.db.store import JobNotFound, ScheduleStore
 from tunehub.tuner import Progress, session_for_job
 from tunehub.workers.base import Measurer
@@ -17,9 +18,9 @@ log = logging.getLogger(__name__)
 class JobRunner:
     """One thread that runs jobs one after another on this machine's CPU.
 
-    On start it requeues jobs left RUNNING by a previous process (a crash or a restart); their
-    Sessions resume from the stored records. On stop it interrupts the Session between batches
-    and leaves the job RUNNING, so the next start resumes it.
+    On stop it interrupts the Session between batches and puts the job back in the queue; on
+    start it requeues jobs left RUNNING by a process that has died (a crash, a kill). Either
+    way the job's next Session resumes from its stored records.
     """
 
     def __init__(
@@ -32,18 +33,36 @@ class JobRunner:
         self.store = store
         self.measurer_factory = measurer_factory
         self.poll_secs = poll_secs
+        self.owner = process_owner()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._measurer: Measurer | None = None
+
+    def requeue_orphans(self) -> list[int]:
+        """Put back to QUEUED the RUNNING jobs whose process has gone (a crash, a kill, a
+        restart); jobs of live processes here (another ``serve``, a ``tunehub tune``) stay,
+        and so do jobs owned on other hosts, which this process cannot check."""
+        requeued = []
+        for job in self.store.list_jobs(states=(JobState.RUNNING,), limit=500):
+            alive = owner_alive(job.owner)
+            if alive is None:
+                log.warning("job %d runs on another host (%s); left as it is", job.id, job.owner)
+            elif not alive:
+                moved = self.store.set_job_state(
+                    job.id, JobState.QUEUED, only_from=(JobState.RUNNING,)
+                )
+                if moved.state is JobState.QUEUED:
+                    requeued.append(job.id)
+        if requeued:
+            log.info("requeued interrupted jobs %s", requeued)
+        return requeued
 
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        requeued = self.store.requeue_running_jobs()
-        if requeued:
-            log.info("requeued interrupted jobs %s", requeued)
+        self.requeue_orphans()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="tunehub-runner", daemon=True)
         self._thread.start()
@@ -59,15 +78,14 @@ class JobRunner:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                job = self.store.claim_job()
+                job = self.store.claim_job(owner=self.owner)
+                if job is None:
+                    self._stop.wait(self.poll_secs)
+                    continue
+                self.run_job(job)
             except Exception:  # a database hiccup must not kill the runner
-                log.exception("claiming a job failed")
+                log.exception("the job runner hit an error; it goes on")
                 self._stop.wait(self.poll_secs * 4)
-                continue
-            if job is None:
-                self._stop.wait(self.poll_secs)
-                continue
-            self.run_job(job)
 
     def _cancelled(self, job_id: int) -> bool:
         if self._stop.is_set():
@@ -107,16 +125,19 @@ class JobRunner:
             self._finish(job.id, JobState.FAILED, f"{type(exc).__name__}: {exc}")
             return
         if result.stopped_by == "cancelled":
-            return  # cancelled by request (state already set) or by shutdown (resumes later)
-        if result.best is None:
+            if self._stop.is_set():  # shutdown: back to the queue, to resume from its records
+                self.store.set_job_state(job.id, JobState.QUEUED, only_from=(JobState.RUNNING,))
+            return  # or cancelled by request, and the cancel already set the state
+        if result.best is None and result.trials_done > 0:
             self._finish(job.id, JobState.FAILED, "no candidate measured ok")
         else:
+            # trials_done == 0: earlier jobs had measured every config; the Schedule has it all.
             self._finish(job.id, JobState.SUCCEEDED, "")
         log.info("job %d: %s after %d trials", job.id, result.stopped_by, result.trials_done)
 
     def _finish(self, job_id: int, state: JobState, error: str) -> None:
+        """End a RUNNING job; a cancel that got in first stands."""
         try:
-            if self.store.get_job(job_id).state is JobState.RUNNING:
-                self.store.set_job_state(job_id, state, error=error)
+            self.store.set_job_state(job_id, state, error=error, only_from=(JobState.RUNNING,))
         except JobNotFound:
             log.warning("job %d vanished while running", job_id)

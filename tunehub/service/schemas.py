@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tunehub.core import LOCAL_CPU, Job, MeasureRecord, Target, Workload
-from tunehub.core.job import MAX_SECS, MAX_TRIALS
+from tunehub.core.job import MAX_SECS, MAX_TRIALS, STRATEGIES
 from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, MAX_DIM, OPS
 
 Dim = Annotated[int, Field(ge=1, le=MAX_DIM, strict=True)]
@@ -16,7 +16,7 @@ Op = Literal[OPS]  # type: ignore[valid-type]
 Dtype = Literal[DTYPES]  # type: ignore[valid-type]
 Layout = Literal[LAYOUTS]  # type: ignore[valid-type]
 Epilogue = Literal[EPILOGUES]  # type: ignore[valid-type]
-StrategyName = Literal["random", "exhaustive"]
+StrategyName = Literal[STRATEGIES]  # type: ignore[valid-type]
 
 
 class _Strict(BaseModel):

@@ -159,6 +159,8 @@ class Session:
             )
             if r.request.template_version == self.template.version
             and (self.job_id is None or r.job_id != self.job_id)
+            # A timeout may come from a loaded machine rather than the config: try it again.
+            and r.status is not MeasureStatus.TIMEOUT
         ]
 
     def run(self) -> SessionResult:
