@@ -127,6 +127,10 @@ BAD_BODIES = [
     ({"workload": {**SHAPE, "epilogue": "gelu"}}, ["body", "workload", "epilogue"]),
     ({"workload": {**SHAPE, "m": 65536, "n": 65536, "k": 65536}}, ["body", "workload", "k"]),
     ({"workload": {k: v for k, v in SHAPE.items() if k != "m"}}, ["body", "workload", "m"]),
+    (
+        {"workload": {**SHAPE, "m": 65536, "n": 65536, "k": 1, "dtype": "float64"}},
+        ["body", "workload", "m"],
+    ),
     ({"workload": SHAPE, "strategy": "annealing"}, ["body", "strategy"]),
     ({"workload": SHAPE, "budget": {"max_trials": 0}}, ["body", "budget", "max_trials"]),
     ({"workload": SHAPE, "budget": {"max_trials": 10**7}}, ["body", "budget", "max_trials"]),
@@ -245,6 +249,21 @@ def baseline_record(target: Target, workload: Workload, threads: int, secs: floa
     env = {"blas": "openblas", "blas_version": "0.3.31"}
     result = MeasureResult(MeasureStatus.OK, repeat_secs=(secs,), environment=env)
     return MeasureRecord(request=req, result=result)
+
+
+def test_family_schedules_with_more_threads_than_cores_are_not_offered(
+    client: TestClient, store: MemoryScheduleStore
+) -> None:
+    local = local_cpu_target()
+    workload = Workload(m=24, n=24, k=24)
+    big = Target.from_dict({**local.to_dict(), "cores": local.cores * 8, "toolchain": {}})
+    store.commit_records([record(big, workload, {"MR": 4, "threads": local.cores * 8}, 1e-4)])
+    params = {"m": 24, "n": 24, "k": 24}
+    assert client.get("/api/v1/schedules/best", params=params).status_code == 404
+    sibling = Target.from_dict({**local.to_dict(), "toolchain": {"cc": "othercc 2"}})
+    store.commit_records([record(sibling, workload, {"MR": 6, "threads": local.cores}, 2e-4)])
+    answer = client.get("/api/v1/schedules/best", params=params).json()
+    assert answer["source"] == "family" and answer["config"]["MR"] == 6
 
 
 def test_lookup_compares_with_the_baseline_of_the_same_thread_count(

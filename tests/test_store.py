@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import threading
 from datetime import UTC, datetime, timedelta, timezone
@@ -469,6 +470,30 @@ def test_schedule_moves_only_to_faster_ok_records(store: ScheduleStore) -> None:
     moved = store.get_schedule(**keys)
     assert moved is not None and moved.record_uid == batch[1].uid
     assert moved.config == Config({"MR": 8, "NR": 8}) and moved.median_secs == pytest.approx(5e-4)
+
+
+def test_a_newer_template_version_takes_the_schedule_even_if_slower(
+    store: ScheduleStore,
+) -> None:
+    keys = {"workload_key": SQUARE.key, "target_key": CPU.target_key}
+
+    def versioned(secs: float, version: int) -> MeasureRecord:
+        r = record(secs)
+        request = dataclasses.replace(r.request, template_version=version)
+        return dataclasses.replace(r, request=request)
+
+    store.commit_records([versioned(1e-3, 1)])
+    newer = versioned(2e-3, 2)  # slower, but v1 configs may not build under v2
+    store.commit_records([newer])
+    got = store.get_schedule(**keys)
+    assert got is not None and (got.record_uid, got.template_version) == (newer.uid, 2)
+    store.commit_records([versioned(0.5e-3, 1)])  # an older version never comes back
+    got = store.get_schedule(**keys)
+    assert got is not None and got.record_uid == newer.uid
+    faster = versioned(1.5e-3, 2)
+    store.commit_records([faster])
+    got = store.get_schedule(**keys)
+    assert got is not None and got.record_uid == faster.uid
 
 
 def test_get_schedule_over_templates_or_one(store: ScheduleStore) -> None:

@@ -19,6 +19,8 @@ MAX_DIM = 1 << 16
 MAX_VOLUME = 1 << 45
 
 DTYPE_BYTES = {"float32": 4, "float64": 8}
+# Largest A + B + C accepted: a worker holds them, a NaN-poisoned C and a float64 reference.
+MAX_OPERAND_BYTES = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,16 @@ class Workload:
             raise InvalidSpec("k", f"m*n*k = {self.m * self.n * self.k} exceeds {MAX_VOLUME}")
         if self.dtype not in DTYPES:
             raise InvalidSpec("dtype", f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
+        operand_bytes = (self.m * self.k + self.k * self.n + self.m * self.n) * DTYPE_BYTES[
+            self.dtype
+        ]
+        if operand_bytes > MAX_OPERAND_BYTES:
+            largest = max(("m", "n", "k"), key=lambda name: int(getattr(self, name)))
+            raise InvalidSpec(
+                largest,
+                f"A, B and C take {operand_bytes / 2**30:.1f} GiB; at most "
+                f"{MAX_OPERAND_BYTES / 2**30:.0f} GiB are accepted",
+            )
         if self.layout not in LAYOUTS:
             raise InvalidSpec(
                 "layout", f"unknown layout {self.layout!r}; known: {', '.join(LAYOUTS)}"

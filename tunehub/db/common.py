@@ -149,3 +149,12 @@ def check_baseline(record: MeasureRecord) -> None:
     if record.job_id is not None:
         raise ValueError("a baseline record belongs to no job (job_id must be None)")
     baseline_threads(record)
+
+
+def replaces(version: int, median_secs: float, current: Schedule) -> bool:
+    """Whether an ok record (of template ``version``, ``median_secs``) replaces ``current``:
+    a newer template version always does (an older one's configs may not build any more), an
+    older one never does, and within one version only a strictly faster record does."""
+    if version != current.template_version:
+        return version > current.template_version
+    return median_secs < current.median_secs

@@ -29,6 +29,7 @@ from tunehub.db.common import (
     check_target,
     fastest_ok,
     job_times,
+    replaces,
     schedule_key,
     schedule_of,
     unknown_target,
@@ -310,7 +311,9 @@ class MemoryScheduleStore(ScheduleStore):
         for key, record in fastest_ok(new, schedule_key).items():
             current = self._schedules.get(key)
             median = record.median_secs
-            if median is not None and (current is None or median < current.median_secs):
+            if median is not None and (
+                current is None or replaces(record.request.template_version, median, current)
+            ):
                 self._schedules[key] = schedule_of(record, now)
 
 

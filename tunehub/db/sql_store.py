@@ -427,7 +427,6 @@ class SqlScheduleStore(ScheduleStore):
         for _, record in sorted(fastest_ok(new, schedule_key).items()):
             schedule = schedule_of(record, now)
             stmt = self._insert(ScheduleRow).values(_schedule_values(schedule))
-            # Only a strictly faster record moves a stored Schedule.
             stmt = stmt.on_conflict_do_update(
                 index_elements=["workload_key", "target_key", "template"],
                 set_={
@@ -441,7 +440,12 @@ class SqlScheduleStore(ScheduleStore):
                         "updated_at",
                     )
                 },
-                where=schedules.c.median_secs > stmt.excluded.median_secs,
+                # The rule of common.replaces: newer version, or same version and faster.
+                where=(schedules.c.template_version < stmt.excluded.template_version)
+                | (
+                    (schedules.c.template_version == stmt.excluded.template_version)
+                    & (schedules.c.median_secs > stmt.excluded.median_secs)
+                ),
             )
             session.execute(stmt)
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import secrets
-import socket
 import time
 import weakref
 from collections.abc import Sequence
@@ -40,9 +38,7 @@ from tunehub.core import (
     MeasureStatus,
     Target,
     Workload,
-    utc_now,
 )
-from tunehub.core.target import local_cpu_target
 from tunehub.kernels.base import Template
 from tunehub.kernels.blis_codegen import (
     ELEMENT_BYTES,
@@ -60,8 +56,16 @@ from tunehub.kernels.build import (
     compiler_version,
     default_build_dir,
 )
+from tunehub.kernels.environment import measurement_environment
 from tunehub.kernels.reference import check_gemm, sample_rows
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
+from tunehub.kernels.timing import (
+    MAX_WARMUP_SECS,
+    MIN_REPEAT_SECS,
+    MIN_REPEATS,
+    repeat_min_secs,
+    warmup_secs,
+)
 
 Array = npt.NDArray[np.floating]
 
@@ -86,9 +90,6 @@ FALLBACK_L3 = 8 << 20
 ASSUMED_L1_WAYS = 8
 
 # Timing: warm-up length, and the shortest repeat (tiny GEMMs batch calls per repeat).
-MAX_WARMUP_SECS = 0.1
-MIN_REPEAT_SECS = 2e-4
-MIN_REPEATS = 3
 
 
 class KernelError(RuntimeError):
@@ -625,7 +626,7 @@ class BlisGemmTemplate(Template):
         Timing follows GemmKernel.bench (warm caches). The random seed is recorded in the
         environment so a wrong answer can be replayed.
         """
-        environment = _environment()
+        environment = measurement_environment()
         environment.update(cc=compiler(), compiler=compiler_version(compiler()))
         problem = self.request_problem(request)
         if problem:
@@ -705,8 +706,8 @@ class BlisGemmTemplate(Template):
                 c,
                 min_secs=min_secs,
                 max_repeats=max_repeats,
-                warmup_secs=min(MAX_WARMUP_SECS, max(min_secs / 4, 0.0)),
-                repeat_min_secs=max(MIN_REPEAT_SECS, min_secs / max(max_repeats, 1)),
+                warmup_secs=warmup_secs(min_secs),
+                repeat_min_secs=repeat_min_secs(min_secs, max_repeats),
             )
         except KernelError as exc:
             return self._failed(MeasureStatus.RUNTIME_ERROR, str(exc), compile_secs, environment)
@@ -742,16 +743,3 @@ class BlisGemmTemplate(Template):
         return MeasureResult(
             status, error=error, compile_secs=compile_secs, environment=environment
         )
-
-
-def _environment() -> dict[str, Any]:
-    """Where and when a measurement ran (JSON-friendly)."""
-    host = local_cpu_target()
-    return {
-        "host": socket.gethostname(),
-        "cpu": host.name,
-        "cpu_arch": list(host.arch),
-        "cores": host.cores,
-        "pid": os.getpid(),
-        "measured_at": utc_now().isoformat(),
-    }

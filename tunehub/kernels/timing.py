@@ -15,6 +15,16 @@ MAX_WARMUP_SECS = 0.1
 MIN_REPEAT_SECS = 2e-4
 
 
+def warmup_secs(min_secs: float) -> float:
+    """How long to warm up before timing: a quarter of the timing, at most MAX_WARMUP_SECS."""
+    return min(MAX_WARMUP_SECS, max(min_secs / 4, 0.0))
+
+
+def repeat_min_secs(min_secs: float, max_repeats: int) -> float:
+    """How long one repeat lasts at least (tiny calls are batched into it)."""
+    return max(MIN_REPEAT_SECS, min_secs / max(max_repeats, 1))
+
+
 @dataclass(frozen=True)
 class Timing:
     repeat_secs: tuple[float, ...]  # seconds per call, one entry per repeat
@@ -40,8 +50,8 @@ def time_calls(
     """
     if max_repeats < 1:
         raise ValueError("max_repeats must be at least 1")
-    warmup_secs = min(MAX_WARMUP_SECS, max(min_secs / 4, 0.0))
-    repeat_min_secs = max(MIN_REPEAT_SECS, min_secs / max_repeats)
+    warmup = warmup_secs(min_secs)
+    repeat_min = repeat_min_secs(min_secs, max_repeats)
     clock = time.perf_counter
     start = clock()
     warm = 0
@@ -49,10 +59,10 @@ def time_calls(
         call()
         warm += 1
         elapsed = clock() - start
-        if elapsed >= warmup_secs:
+        if elapsed >= warmup:
             break
     per_call = elapsed / warm
-    calls = int(repeat_min_secs / per_call) + 1 if 0 < per_call < repeat_min_secs else 1
+    calls = int(repeat_min / per_call) + 1 if 0 < per_call < repeat_min else 1
     secs: list[float] = []
     total = 0.0
     min_repeats = min(min_repeats, max_repeats)

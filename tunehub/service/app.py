@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 import tunehub
-from tunehub.core import InvalidSpec
+from tunehub.core import InvalidSpec, local_cpu_target
 from tunehub.db import ScheduleStore, SqlScheduleStore, check_at_head
 from tunehub.service import dashboard
 from tunehub.service.routes_jobs import router as jobs_router
@@ -56,6 +56,8 @@ def create_app(
             app.state.store = SqlScheduleStore(url)
         else:
             app.state.store = store
+        # Stored once here, so lookups (the compilers' hot path) never write.
+        app.state.store.put_target(local_cpu_target())
         runner: JobRunner | None = None
         if settings.run_jobs:
             runner = JobRunner(

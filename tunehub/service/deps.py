@@ -26,11 +26,9 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
 def resolve_target(store: ScheduleStore, name: str, *, field: str = "target") -> Target:
-    """``local-cpu`` → this machine's CPU (stored on first use); otherwise a stored target key."""
+    """``local-cpu`` → this machine's CPU; otherwise a stored target key."""
     if name == LOCAL_CPU:
-        target = local_cpu_target()
-        store.put_target(target)
-        return target
+        return local_cpu_target()  # stored once when the app starts
     target_or_none = store.get_target(name)
     if target_or_none is None:
         raise InvalidSpec(field, f"unknown target {name!r}: use 'local-cpu' or a stored target key")

@@ -26,8 +26,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     run_jobs: bool = Field(default=True, description="Run the job runner in this process.")
-    measure_timeout_secs: float = Field(
-        default=120.0, gt=0, description="Per-candidate limit (build + verify + time)."
+    measure_timeout_secs: float | None = Field(
+        default=None,
+        gt=0,
+        description="Per-candidate limit (build + verify + time); default: a build allowance "
+        "plus a run allowance that grows with the workload's FLOPs.",
     )
     min_repeat_secs: float = Field(
         default=0.2, gt=0, description="Time each candidate for at least this long."

@@ -87,20 +87,28 @@ def find_schedule(
     )
     if exact is not None:
         return _answer(store, exact, "exact")
-    family = store.family_schedules(
-        workload_key=workload.key, family_key=target.family_key, template=template
-    )
+    family = [
+        s
+        for s in store.family_schedules(
+            workload_key=workload.key, family_key=target.family_key, template=template
+        )
+        if _threads(s) <= target.cores  # a 16-thread schedule does not fit 2 cores
+    ]
     if family:
         return _answer(store, family[0], "family")
     return None
 
 
+def _threads(schedule: Schedule) -> int:
+    threads = schedule.config.get("threads", 1)
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) else 1
+
+
 def _answer(store: ScheduleStore, schedule: Schedule, source: str) -> LookupAnswer:
     """The answer with the Baseline measured on the schedule's own target and thread count."""
-    threads = schedule.config.get("threads", 1)
     baseline = store.get_baseline(
         workload_key=schedule.workload_key,
         target_key=schedule.target_key,
-        threads=threads if isinstance(threads, int) else 1,
+        threads=_threads(schedule),
     )
     return LookupAnswer(schedule, source, baseline)
