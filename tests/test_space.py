@@ -92,7 +92,7 @@ WORKLOADS = [
     Workload(m=512, n=512, k=512),
     Workload(m=1024, n=1024, k=1024, dtype="float64"),
     Workload(m=4096, n=16384, k=8192, epilogue="bias_relu"),
-    Workload(m=65536, n=65536, k=1024, dtype="float64"),
+    Workload(m=16384, n=16384, k=1024, dtype="float64"),
 ]
 
 
