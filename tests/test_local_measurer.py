@@ -165,3 +165,13 @@ def test_a_plugin_that_fails_to_import_is_a_runtime_error(tmp_path: Path) -> Non
         assert result.status is MeasureStatus.RUNTIME_ERROR
         assert "No module named 'tests.no_such_plugin'" in result.error
     assert m.sandbox_starts == 1  # the child reports it; it does not die of it
+
+
+def test_a_sandbox_that_cannot_start_costs_records_not_the_job(tmp_path: Path) -> None:
+    broken = LocalMeasurer(workdir=tmp_path, python=str(tmp_path / "no-such-python"))
+    try:
+        results = broken.measure([faulty("ok"), faulty("ok")])
+    finally:
+        broken.close()
+    assert [r.status for r in results] == [MeasureStatus.RUNTIME_ERROR] * 2
+    assert all("could not start the sandbox" in r.error for r in results)

@@ -162,6 +162,14 @@ class LocalMeasurer(Measurer):
                 run_secs=time.monotonic() - start,
                 environment=self._environment(),
             )
+        except OSError as exc:  # the sandbox could not even be started (fds, memory, exec)
+            log.error("cannot start a sandbox for %s: %s", request.template, exc)
+            return MeasureResult(
+                MeasureStatus.RUNTIME_ERROR,
+                error=f"could not start the sandbox: {exc}",
+                run_secs=time.monotonic() - start,
+                environment=self._environment(),
+            )
         except SandboxDied as exc:
             tail = self._sandbox.stderr_tail()
             log.warning("%s %s: %s", request.template, request.config, exc)

@@ -286,7 +286,12 @@ class SandboxProcess:
         if size > MAX_MESSAGE_BYTES:
             self.kill()
             raise SandboxDied(f"sandbox sent a {size}-byte message")
-        return pickle.loads(self._read(fd, size, deadline))
+        payload = self._read(fd, size, deadline)
+        try:
+            return pickle.loads(payload)
+        except Exception as exc:  # a garbled answer: the child cannot be trusted any more
+            self.kill()
+            raise SandboxDied(f"sandbox sent an unreadable answer ({exc})") from None
 
     def _read(self, fd: int, size: int, deadline: float) -> bytes:
         chunks: list[bytes] = []
