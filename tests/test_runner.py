@@ -179,3 +179,24 @@ def test_start_requeues_only_jobs_whose_process_is_gone() -> None:
     assert store.get_job(dead).state is JobState.QUEUED
     assert store.get_job(alive).state is JobState.RUNNING
     assert store.get_job(remote).state is JobState.RUNNING
+
+
+def test_a_repeat_job_on_a_fully_measured_space_succeeds() -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    history = replay_history(target)
+    runner = JobRunner(store, lambda: ReplayMeasurer(history))
+    store.put_target(target)
+    spec = JobSpec(
+        workload=WORKLOAD,
+        target_key=target.target_key,
+        strategy="exhaustive",
+        budget=Budget(max_trials=100_000, max_secs=600),
+    )
+    for _ in range(2):
+        job_id = store.create_job(spec).id
+        job = store.claim_job()
+        assert job is not None
+        runner.run_job(job)
+        assert store.get_job(job_id).state is JobState.SUCCEEDED
+    assert store.get_job(job_id).trials_done == 0  # nothing was left to measure

@@ -128,11 +128,15 @@ class JobRunner:
             if self._stop.is_set():  # shutdown: back to the queue, to resume from its records
                 self.store.set_job_state(job.id, JobState.QUEUED, only_from=(JobState.RUNNING,))
             return  # or cancelled by request, and the cancel already set the state
-        if result.best is None and result.trials_done > 0:
+        if result.best is not None or (
+            result.stopped_by == "exhausted" and result.trials_done == 0
+        ):
+            # (The second case: earlier jobs measured every config; the Schedule has them all.)
+            self._finish(job.id, JobState.SUCCEEDED, "")
+        elif result.trials_done:
             self._finish(job.id, JobState.FAILED, "no candidate measured ok")
         else:
-            # trials_done == 0: earlier jobs had measured every config; the Schedule has it all.
-            self._finish(job.id, JobState.SUCCEEDED, "")
+            self._finish(job.id, JobState.FAILED, f"no trial ran ({result.stopped_by})")
         log.info("job %d: %s after %d trials", job.id, result.stopped_by, result.trials_done)
 
     def _finish(self, job_id: int, state: JobState, error: str) -> None:
