@@ -20,9 +20,9 @@ from tunehub.core import (
     local_cpu_target,
 )
 from tunehub.kernels.blis_codegen import BlisParams, generate_source
-from tunehub.kernels.blis_gemm import BlisGemmTemplate, GemmKernel, random_operands
+from tunehub.kernels.blis_gemm import BlisGemmTemplate, GemmKernel
 from tunehub.kernels.build import BuildError, build_shared_library
-from tunehub.kernels.reference import check_gemm, reference_gemm
+from tunehub.kernels.reference import check_gemm, random_operands, reference_gemm
 from tunehub.kernels.registry import UnknownTemplate, get_template, template_names
 
 HOST = local_cpu_target()

@@ -122,6 +122,7 @@ def tune(
     from tunehub.core.owner import process_owner
     from tunehub.kernels.registry import UnknownTemplate, get_template
     from tunehub.tuner import Progress, baseline_dict, session_for_job
+    from tunehub.tuner.lookup import baseline_for, config_threads
     from tunehub.workers.local import LocalMeasurer
 
     workload = _workload(m, n, k, dtype, epilogue)
@@ -199,11 +200,8 @@ def tune(
         _fail(f"no candidate measured ok in {result.trials_done} trials; see `tunehub jobs`")
     finish(JobState.SUCCEEDED, "")
     assert best is not None and best.gflops is not None and best.median_secs is not None
-    threads = best.config.get("threads", 1)
-    baseline = store.get_baseline(
-        workload_key=workload.key,
-        target_key=target.target_key,
-        threads=threads if isinstance(threads, int) else 1,
+    baseline = baseline_for(
+        store, workload_key=workload.key, target_key=target.target_key, config=best.config
     )
     store.close()
     speedup = baseline.median_secs / best.median_secs if baseline and baseline.median_secs else None
@@ -230,7 +228,7 @@ def tune(
     if baseline is not None and baseline.gflops is not None and speedup is not None:
         verdict = "tunehub is faster" if speedup >= 1 else "the library is faster: use it"
         click.echo(
-            f"vs {baseline.request.template} on {threads} thread(s): "
+            f"vs {baseline.request.template} on {config_threads(best.config)} thread(s): "
             f"{baseline.gflops:.2f} GFLOP/s, speedup {speedup:.2f}x ({verdict})"
         )
 
@@ -267,9 +265,12 @@ def lookup(m: int, n: int, k: int, dtype: str, epilogue: str, target: str, url: 
     from tunehub.tuner import find_schedule
 
     store = _open_store(_settings().resolved_database_url(), init=False)
-    tgt = local_cpu_target() if target == "local-cpu" else store.get_target(target)
-    if tgt is None:
-        raise click.BadParameter(f"unknown target {target!r}", param_hint="--target")
+    from tunehub.service.deps import resolve_target
+
+    try:
+        tgt = resolve_target(store, target)
+    except InvalidSpec as exc:
+        raise click.BadParameter(exc.reason, param_hint="--target") from None
     found = find_schedule(store, workload, tgt)
     store.close()
     if found is None:

@@ -57,7 +57,7 @@ from tunehub.kernels.build import (
     default_build_dir,
 )
 from tunehub.kernels.environment import measurement_environment
-from tunehub.kernels.reference import check_gemm, sample_rows
+from tunehub.kernels.reference import check_gemm, poisoned_output, random_operands, sample_rows
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.timing import (
     MAX_WARMUP_SECS,
@@ -492,19 +492,6 @@ class GemmKernel:
         )
 
 
-def random_operands(
-    workload: Workload, rng: np.random.Generator
-) -> tuple[Array, Array, Array | None]:
-    """Fresh A, B (and bias) uniform in [-1, 1), in the workload's dtype."""
-    dtype = np.dtype(workload.dtype)
-    a = rng.uniform(-1.0, 1.0, (workload.m, workload.k)).astype(dtype)
-    b = rng.uniform(-1.0, 1.0, (workload.k, workload.n)).astype(dtype)
-    bias = None
-    if workload.epilogue in ("bias", "bias_relu"):
-        bias = rng.uniform(-1.0, 1.0, workload.n).astype(dtype)
-    return a, b, bias
-
-
 class BlisGemmTemplate(Template):
     """``blis.gemm``: see the module docstring. ``build_dir`` overrides where builds are cached
     (else ``default_build_dir(workdir)``: $TUNEHUB_BUILD_DIR, $TUNEHUB_HOME/build, workdir)."""
@@ -672,7 +659,7 @@ class BlisGemmTemplate(Template):
         seed = secrets.randbits(63)
         rng = np.random.default_rng(seed)
         a, b, bias = random_operands(workload, rng)
-        c = np.full((workload.m, workload.n), np.nan, dtype=kernel.dtype)
+        c = poisoned_output(workload)
         try:
             kernel(a, b, bias, out=c)
         except KernelError as exc:

@@ -13,9 +13,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from tunehub.core import Config, MeasureRequest, MeasureResult, MeasureStatus, Target, Workload
 from tunehub.kernels.base import Template
-from tunehub.kernels.blis_gemm import random_operands
 from tunehub.kernels.environment import measurement_environment
-from tunehub.kernels.reference import check_gemm, sample_rows
+from tunehub.kernels.reference import check_gemm, poisoned_output, random_operands, sample_rows
 from tunehub.kernels.space import Knob, SearchSpace
 from tunehub.kernels.timing import pinned_to_current_cpu, time_calls
 
@@ -75,7 +74,7 @@ class NumpyGemmBaseline(Template):
         seed = secrets.randbits(63)
         rng = np.random.default_rng(seed)
         a, b, bias = random_operands(workload, rng)
-        c = np.full((workload.m, workload.n), np.nan, dtype=a.dtype)
+        c = poisoned_output(workload)
         relu = workload.epilogue == "bias_relu"
 
         def call() -> None:

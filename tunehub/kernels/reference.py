@@ -8,12 +8,32 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from tunehub.core import Workload
+
 Array = npt.NDArray[np.floating]
 
 # Full checks up to this many multiply-adds; above it, a row sample (see check_gemm).
 FULL_CHECK_MACS = 1 << 30
 SAMPLE_EDGE_ROWS = 64
 SAMPLE_RANDOM_ROWS = 128
+
+
+def random_operands(
+    workload: Workload, rng: np.random.Generator
+) -> tuple[Array, Array, Array | None]:
+    """Fresh A, B (and bias) uniform in [-1, 1), in the workload's dtype."""
+    dtype = np.dtype(workload.dtype)
+    a = rng.uniform(-1.0, 1.0, (workload.m, workload.k)).astype(dtype)
+    b = rng.uniform(-1.0, 1.0, (workload.k, workload.n)).astype(dtype)
+    bias = None
+    if workload.epilogue in ("bias", "bias_relu"):
+        bias = rng.uniform(-1.0, 1.0, workload.n).astype(dtype)
+    return a, b, bias
+
+
+def poisoned_output(workload: Workload) -> Array:
+    """C filled with NaN, so an element a kernel forgets to write fails the check."""
+    return np.full((workload.m, workload.n), np.nan, dtype=np.dtype(workload.dtype))
 
 
 def reference_gemm(a: Array, b: Array, bias: Array | None, epilogue: str) -> Array:

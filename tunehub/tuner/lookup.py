@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tunehub.core import MeasureRecord, Schedule, Target, Workload
+from tunehub.core import Config, MeasureRecord, Schedule, Target, Workload
 from tunehub.db.store import ScheduleStore
 
 
@@ -92,23 +92,34 @@ def find_schedule(
         for s in store.family_schedules(
             workload_key=workload.key, family_key=target.family_key, template=template
         )
-        if _threads(s) <= target.cores  # a 16-thread schedule does not fit 2 cores
+        if config_threads(s.config) <= target.cores  # a 16-thread schedule does not fit 2 cores
     ]
     if family:
         return _answer(store, family[0], "family")
     return None
 
 
-def _threads(schedule: Schedule) -> int:
-    threads = schedule.config.get("threads", 1)
+def config_threads(config: Config) -> int:
+    """The thread count a config runs with (its ``threads`` knob; 1 without one)."""
+    threads = config.get("threads", 1)
     return threads if isinstance(threads, int) and not isinstance(threads, bool) else 1
+
+
+def baseline_for(
+    store: ScheduleStore, *, workload_key: str, target_key: str, config: Config
+) -> MeasureRecord | None:
+    """The Baseline to compare ``config`` with: same workload, target and thread count."""
+    return store.get_baseline(
+        workload_key=workload_key, target_key=target_key, threads=config_threads(config)
+    )
 
 
 def _answer(store: ScheduleStore, schedule: Schedule, source: str) -> LookupAnswer:
     """The answer with the Baseline measured on the schedule's own target and thread count."""
-    baseline = store.get_baseline(
+    baseline = baseline_for(
+        store,
         workload_key=schedule.workload_key,
         target_key=schedule.target_key,
-        threads=_threads(schedule),
+        config=schedule.config,
     )
     return LookupAnswer(schedule, source, baseline)
