@@ -7,9 +7,14 @@ same way (warm caches, one thread pinned, repeats until a minimum time, medians)
 tunehub GFLOP/s, OpenBLAS GFLOP/s, their ratio, and the fraction of the machine's measured
 peak. JSON goes to benchmarks/results/.
 
-    .venv/bin/python benchmarks/cpu_gemm.py                 # every case of the issue
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/cpu_gemm.py
     .venv/bin/python benchmarks/cpu_gemm.py --quick         # three small cases, smoke test
     .venv/bin/python benchmarks/cpu_gemm.py --trials 60 --case 127x5000x2048
+
+Compare with OpenBLAS at its best: some machines set OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE),
+which pins an older kernel; clear them in the benchmark's own command as above. The kernel
+OpenBLAS ran (threadpoolctl's ``architecture``) and those variables are recorded in the JSON,
+and the script warns when they are set.
 
 Peak: a C loop of independent FMAs (AVX-512, AVX2 or scalar, whichever the CPU has) gives the
 FLOP/cycle x clock product directly; the clock is found separately from a chain of dependent
@@ -22,6 +27,7 @@ import argparse
 import ctypes
 import json
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -46,8 +52,9 @@ from tunehub.core import (
     local_cpu_target,
 )
 from tunehub.db import MemoryScheduleStore
+from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.registry import get_template
-from tunehub.tuner import Session, make_strategy
+from tunehub.tuner import Session, StrategyContext, make_strategy
 from tunehub.workers.local import LocalMeasurer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -156,6 +163,7 @@ class CaseResult:
     config: dict[str, Any]
     tunehub_repeat_medians: list[float]
     openblas_repeat_medians: list[float]
+    openblas_kernel: str
 
 
 def restricted_space(template: Any, workload: Workload, target: Target, threads: int) -> Any:
@@ -169,17 +177,21 @@ def request_for(template: Any, workload: Workload, target: Target, config: Confi
 
 def side_by_side(
     measurer: LocalMeasurer, ours: MeasureRequest, theirs: MeasureRequest, rounds: int
-) -> tuple[list[float], list[float]]:
-    """Alternate ours and theirs ``rounds`` times; each entry is one measurement's median."""
+) -> tuple[list[float], list[float], str]:
+    """Alternate ours and theirs ``rounds`` times; each entry is one measurement's median.
+    Also returns the OpenBLAS kernel that ran (threadpoolctl's architecture)."""
     a: list[float] = []
     b: list[float] = []
+    kernel = ""
     for _ in range(rounds):
         for req, out in ((ours, a), (theirs, b)):
             (res,) = measurer.measure([req])
             if res.status is not MeasureStatus.OK or res.median_secs is None:
                 raise RuntimeError(f"{req.template} {dict(req.config)}: {res.status} {res.error}")
             out.append(res.median_secs)
-    return a, b
+            if req is theirs:
+                kernel = str(res.environment.get("blas_architecture", ""))
+    return a, b, kernel
 
 
 def run_case(
@@ -196,6 +208,7 @@ def run_case(
     target: Target,
     peak: Peak,
     seed: int,
+    strategy: str,
 ) -> CaseResult:
     m, n, k = shape
     workload = Workload(m=m, n=n, k=k, dtype=dtype, epilogue=epilogue)
@@ -205,14 +218,18 @@ def run_case(
     prior = [c for c in template.seed_configs(workload, target) if space.is_valid(c)]
     store = MemoryScheduleStore()
     start = time.monotonic()
+    context = StrategyContext(
+        space=space, workload=workload, target=target, template=template, seed=seed, prior=prior
+    )
     session = Session(
         store=store,
         measurer=measurer,
         template=template,
-        strategy=make_strategy("random", space, seed=seed, prior=prior),
+        strategy=make_strategy(strategy, context),
         workload=workload,
         target=target,
         budget=Budget(max_trials=trials, max_secs=tune_secs),
+        confirm_top=0,  # the side-by-side below is this benchmark's confirmation
     )
     result = session.run()
     tuning_secs = time.monotonic() - start
@@ -221,7 +238,7 @@ def run_case(
         raise RuntimeError(f"{workload.label}: no config measured ok in {trials} trials")
     ours = request_for(template, workload, target, best.config)
     theirs = request_for(baseline, workload, target, Config({"threads": threads}))
-    a, b = side_by_side(confirm, ours, theirs, rounds)
+    a, b, kernel = side_by_side(confirm, ours, theirs, rounds)
     ours_secs, theirs_secs = statistics.median(a), statistics.median(b)
     gflops = workload.gflops(ours_secs)
     per_core = peak.fp32_gflops_per_core * (1.0 if dtype == "float32" else 0.5)
@@ -239,6 +256,7 @@ def run_case(
         config=best.config.to_dict(),
         tunehub_repeat_medians=a,
         openblas_repeat_medians=b,
+        openblas_kernel=kernel,
     )
 
 
@@ -282,6 +300,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, action="append", default=[], help="1 and/or N")
     parser.add_argument("--no-fused", action="store_true", help="skip the bias_relu cases")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strategy", default="random", help="search strategy (registry name)")
     parser.add_argument("--out", type=Path, default=None, help="JSON path")
     args = parser.parse_args()
 
@@ -294,7 +313,15 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="tunehub-bench-"))
     peak = measure_peak(work)
+    forced = {
+        k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ
+    }
     print(f"# {target.label}")
+    if forced:
+        print(
+            f"# WARNING: {forced} forces an OpenBLAS kernel; run with "
+            "`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` to compare with its native one"
+        )
     print(
         f"# clock {peak.clock_ghz:.2f} GHz (measured), fp32 peak {peak.fp32_gflops_per_core:.1f}"
         f" GFLOP/s/core = {peak.flops_per_cycle_fp32:.1f} flop/cycle; budget {args.trials} "
@@ -307,8 +334,12 @@ def main() -> int:
     print(header)
     results: list[CaseResult] = []
     with (
-        LocalMeasurer(build_dir=work / "build", min_secs=args.tune_min_secs) as measurer,
-        LocalMeasurer(build_dir=work / "build", min_secs=args.confirm_min_secs) as confirm,
+        LocalMeasurer(
+            build_dir=work / "build", timing=TimingPolicy(min_secs=args.tune_min_secs)
+        ) as measurer,
+        LocalMeasurer(
+            build_dir=work / "build", timing=TimingPolicy(min_secs=args.confirm_min_secs)
+        ) as confirm,
     ):
         for threads in thread_counts:
             for shape, epilogue in cases:
@@ -325,13 +356,14 @@ def main() -> int:
                     target=target,
                     peak=peak,
                     seed=args.seed,
+                    strategy=args.strategy,
                 )
                 results.append(r)
                 knobs = " ".join(f"{k}={v}" for k, v in r.config.items())
                 print(
                     f"{r.shape:>16} {r.dtype:>7} {r.threads:>3} {r.epilogue:>9}"
                     f" {r.tunehub_gflops:9.1f} {r.openblas_gflops:9.1f} {r.ratio:6.2f}"
-                    f" {100 * r.peak_fraction:5.1f}%  {knobs}",
+                    f" {100 * r.peak_fraction:5.1f}%  [{r.openblas_kernel}]  {knobs}",
                     flush=True,
                 )
 
@@ -390,9 +422,12 @@ def main() -> int:
                     "compiler": target.toolchain.get("cc", ""),
                     "numpy": np.__version__,
                     "host": platform.node(),
+                    "openblas_kernels": sorted({r.openblas_kernel for r in results}),
+                    "openblas_env": forced,
                 },
                 "peak": asdict(peak),
                 "budget": {"trials": args.trials, "tune_secs": args.tune_secs},
+                "strategy": args.strategy,
                 "summary": summary,
                 "cases": [asdict(r) for r in results],
             },

@@ -23,6 +23,7 @@ from tunehub.db.engine import normalize_url, safe_url
 from tunehub.db.tables import Base
 
 __all__ = [
+    "empty_pg_database",
     "pg_engine",
     "pg_store",
     "pg_url",
@@ -54,9 +55,8 @@ def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A new PostgreSQL database at head for this test session, dropped at the end."""
+def empty_pg_database() -> Iterator[str]:
+    """Create an empty PostgreSQL database, yield its URL, drop it (skip if no server)."""
     admin_url = normalize_url(os.environ.get(PG_URL_ENV, DEFAULT_PG_URL))
     admin = create_engine(
         admin_url,
@@ -74,12 +74,19 @@ def pg_url() -> Iterator[str]:
         pytest.skip(f"PostgreSQL not reachable at {safe_url(admin_url)}: {reason}")
     url = admin_url.set(database=name).render_as_string(hide_password=False)
     try:
-        upgrade(url)
         yield url
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A new PostgreSQL database at head for this test session, dropped at the end."""
+    for url in empty_pg_database():
+        upgrade(url)
+        yield url
 
 
 @pytest.fixture(scope="session")

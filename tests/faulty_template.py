@@ -1,10 +1,16 @@
-"""A test-only template whose ``mode`` knob makes measure succeed, crash, hang, lie, raise...
+"""Test-only templates: ``test.faulty``, whose ``mode`` knob makes build or run succeed, crash,
+hang, lie or raise; and ``test.pipeline``, whose builds are slow and runs fast, and which logs
+when each build and run began and ended (to check how the pipeline overlaps them).
 
 Loaded into sandbox processes with ``TUNEHUB_TEMPLATE_MODULES=tests.faulty_template``.
+``test.pipeline`` writes its intervals to the file named by ``$TUNEHUB_TEST_INTERVALS`` (one
+line per build or run: ``kind pid start end i cores``, times from ``time.time()``), and its
+build and run last ``$TUNEHUB_TEST_BUILD_SECS`` and ``$TUNEHUB_TEST_RUN_SECS``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import time
@@ -12,17 +18,52 @@ from pathlib import Path
 
 import numpy as np
 
-from tunehub.core import Config, MeasureRequest, MeasureResult, MeasureStatus, Target, Workload
-from tunehub.kernels.base import Template
+from tunehub.core import (
+    Capabilities,
+    Config,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Target,
+    Workload,
+)
+from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.registry import register
 from tunehub.kernels.space import Knob, SearchSpace
 
-MODES = ("ok", "crash", "hang", "wrong", "raise", "exit", "noisy")
+MODES = (
+    "ok",
+    "crash",
+    "hang",
+    "wrong",
+    "raise",
+    "exit",
+    "noisy",
+    "sleep60",
+    "build_fail",
+    "build_hang",
+    "build_crash",
+)
+
+
+def _small_matmul_times(workload: Workload, repeats: int) -> tuple[float, ...]:
+    """Time a real (small) matmul so an ok result carries genuine times."""
+    a = np.ones((min(workload.m, 64), min(workload.k, 64)))
+    b = np.ones((min(workload.k, 64), min(workload.n, 64)))
+    secs = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        a @ b
+        secs.append(max(time.perf_counter() - start, 1e-9))
+    return tuple(secs)
 
 
 class FaultyTemplate(Template):
     name = "test.faulty"
     version = 1
+
+    def capabilities(self, target: Target) -> Capabilities:
+        return Capabilities(kinds=("cpu",))
 
     def space(self, workload: Workload, target: Target) -> SearchSpace:
         return SearchSpace(knobs=(Knob("mode", MODES),))
@@ -30,8 +71,19 @@ class FaultyTemplate(Template):
     def default_config(self, workload: Workload, target: Target) -> Config:
         return Config({"mode": "ok"})
 
-    def measure(
-        self, request: MeasureRequest, *, workdir: Path, min_secs: float, max_repeats: int
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        mode = request.config["mode"]
+        if mode == "build_fail":
+            raise BuildFailed(MeasureStatus.BUILD_ERROR, "cc: deliberately failed")
+        if mode == "build_hang":
+            while True:
+                time.sleep(3600)
+        if mode == "build_crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return Artifact(template=self.name, key=str(mode), data={"built_by": os.getpid()})
+
+    def run(
+        self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
     ) -> MeasureResult:
         mode = request.config["mode"]
         if mode == "crash":
@@ -41,6 +93,8 @@ class FaultyTemplate(Template):
         if mode == "hang":
             while True:
                 time.sleep(3600)
+        if mode == "sleep60":
+            time.sleep(60)
         if mode == "raise":
             raise RuntimeError("faulty template was asked to raise")
         if mode == "noisy":
@@ -49,18 +103,73 @@ class FaultyTemplate(Template):
             os.write(1, b"noise from the template (fd 1)\n")
         if mode == "wrong":
             return MeasureResult(MeasureStatus.WRONG_ANSWER, error="deliberately wrong")
-        # ok: time a real (small) matmul so the result carries genuine times
-        w = request.workload
-        a = np.ones((w.m, w.k))
-        b = np.ones((w.k, w.n))
-        secs = []
-        for _ in range(max(1, min(3, max_repeats))):
-            start = time.perf_counter()
-            a @ b
-            secs.append(time.perf_counter() - start)
         return MeasureResult(
-            MeasureStatus.OK, repeat_secs=tuple(secs), environment={"pid": os.getpid()}
+            MeasureStatus.OK,
+            repeat_secs=_small_matmul_times(request.workload, min(3, timing.max_repeats)),
+            environment={"pid": os.getpid(), "built_by": artifact.data.get("built_by")},
         )
 
 
+def _log_interval(kind: str, start: float, end: float, config: Config) -> None:
+    path = os.environ.get("TUNEHUB_TEST_INTERVALS")
+    if not path:
+        return
+    cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    line = f"{kind} {os.getpid()} {start:.6f} {end:.6f} {config['i']} {cores}\n"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(line)
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class PipelineTemplate(Template):
+    """Slow builds, fast runs; every build and run logs its interval."""
+
+    name = "test.pipeline"
+    version = 1
+
+    def capabilities(self, target: Target) -> Capabilities:
+        return Capabilities(kinds=("cpu",))
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        return SearchSpace(knobs=(Knob("i", tuple(range(64))),))
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        return Config({"i": 0})
+
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        start = time.time()
+        time.sleep(float(os.environ.get("TUNEHUB_TEST_BUILD_SECS", "0.3")))
+        _log_interval("build", start, time.time(), request.config)
+        return Artifact(template=self.name, key=str(request.config["i"]))
+
+    def run(
+        self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
+    ) -> MeasureResult:
+        start = time.time()
+        time.sleep(float(os.environ.get("TUNEHUB_TEST_RUN_SECS", "0.05")))
+        end = time.time()
+        _log_interval("run", start, end, request.config)
+        return MeasureResult(
+            MeasureStatus.OK,
+            repeat_secs=(1e-3 * (1 + int(request.config["i"]) % 7),),
+            run_secs=end - start,
+            environment={"pid": os.getpid(), "affinity": sorted(os.sched_getaffinity(0))},
+        )
+
+
+class SleepyTemplate(FaultyTemplate):
+    """One config, which runs for a minute (to cancel while it runs)."""
+
+    name = "test.sleepy"
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        return SearchSpace(knobs=(Knob("mode", ("sleep60",)),))
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        return Config({"mode": "sleep60"})
+
+
 register(FaultyTemplate())
+register(PipelineTemplate())
+register(SleepyTemplate())

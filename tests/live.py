@@ -30,6 +30,7 @@ def tunehub_env(home: Path, **extra: str) -> dict[str, str]:
         TUNEHUB_MIN_REPEAT_SECS="0.02",
         TUNEHUB_MEASURE_TIMEOUT_SECS="60",
         TUNEHUB_TEMPLATE_MODULES="tests.faulty_template",
+        TUNEHUB_GPUS="none",
         PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
     )
     env.update(extra)
@@ -48,6 +49,7 @@ class LiveServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_secs: float = 60.0) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
         log = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tunehub.cli", "serve", "--port", str(self.port)],

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -10,13 +12,16 @@ from fastapi.testclient import TestClient
 
 from tunehub.core import (
     Config,
+    Confirmation,
     MeasureRecord,
     MeasureRequest,
     MeasureResult,
     MeasureStatus,
     Target,
+    Worker,
     Workload,
     local_cpu_target,
+    utc_now,
 )
 from tunehub.db import MemoryScheduleStore
 from tunehub.service.app import create_app
@@ -138,6 +143,16 @@ BAD_BODIES = [
     ({"workload": SHAPE, "template": "nope.gemm"}, ["body", "template"]),
     ({"workload": SHAPE, "template": "numpy.matmul"}, ["body", "template"]),
     ({"workload": SHAPE, "target": "f" * 64}, ["body", "target"]),
+    ({"workload": {**SHAPE, "dtype": "float16"}}, ["body", "workload", "dtype"]),
+    ({"workload": {**SHAPE, "a_layout": "col_major"}}, ["body", "workload", "a_layout"]),
+    ({"workload": {**SHAPE, "b_layout": "diagonal"}}, ["body", "workload", "b_layout"]),
+    ({"workload": {**SHAPE, "epilogue": "bias_gelu"}}, ["body", "workload", "epilogue"]),
+    ({"workload": {**SHAPE, "dtype": "float64", "allow_tf32": True}}, ["body", "workload"]),
+    ({"workload": {**SHAPE, "allow_tf32": "yes"}}, ["body", "workload", "allow_tf32"]),
+    ({"workload": SHAPE, "budget": {"max_secs": True}}, ["body", "budget", "max_secs"]),
+    ({"workload": SHAPE, "budget": {"max_secs": "5"}}, ["body", "budget", "max_secs"]),
+    ({"workload": SHAPE, "seed": "7"}, ["body", "seed"]),
+    ({"workload": SHAPE, "strategy": "x" * 40}, ["body", "strategy"]),
     ({"workload": SHAPE, "colour": "blue"}, ["body", "colour"]),
     ({}, ["body", "workload"]),
 ]
@@ -296,6 +311,90 @@ def test_job_baselines_list_each_thread_count(
     for threads in range(local.cores, 0, -1):
         store.commit_baseline(baseline_record(local, workload, threads, 1e-3 / threads))
     items = client.get(f"/api/v1/jobs/{job['id']}/baselines").json()["items"]
-    assert [b["threads"] for b in items] == list(range(1, local.cores + 1))
-    assert items[0]["gflops"] == pytest.approx(workload.flops / 1e-3 / 1e9)
-    assert items[0]["library"] == "openblas 0.3.31"
+    assert [b["threads"] for b in items] == list(range(local.cores, 0, -1))  # stored order
+    one = items[-1]
+    assert one["gflops"] == pytest.approx(workload.flops / 1e-3 / 1e9)
+    assert one["library"] == "openblas 0.3.31" and one["config"] == {"threads": 1}
+
+
+def test_targets_list_live_workers_and_queued_jobs_say_what_they_wait_for(
+    client: TestClient, store: MemoryScheduleStore
+) -> None:
+    local = local_cpu_target()
+    job = submit(client).json()
+    assert job["waiting_for"] == f"waiting for a worker of target {local.short_label}"
+    targets = client.get("/api/v1/targets").json()["items"]
+    assert [t["target_key"] for t in targets] == [local.target_key]
+    assert targets[0]["live"] is False and targets[0]["aliases"] == ["local-cpu"]
+    now = utc_now()
+    store.register_worker(
+        Worker("w-1", local.target_key, "node-1", 7, "local", "cpu", now, now, {})
+    )
+    listed = client.get("/api/v1/targets").json()["items"][0]
+    assert listed["live"] is True and [w["worker_id"] for w in listed["workers"]] == ["w-1"]
+    assert client.get(f"/api/v1/jobs/{job['id']}").json()["waiting_for"] is None
+    one = client.get(f"/api/v1/targets/{local.target_key}").json()
+    assert one["label"] == local.label and one["cores"] == local.cores
+    assert client.get("/api/v1/targets/" + "0" * 64).status_code == 404
+    # A worker that stopped reporting is not live.
+    store.heartbeat_worker("w-1", at=now - timedelta(minutes=5))
+    assert client.get("/api/v1/targets").json()["items"][0]["live"] is False
+
+
+def test_a_job_may_name_any_stored_target(client: TestClient, store: MemoryScheduleStore) -> None:
+    gpu = Target(kind="cuda", name="NVIDIA H100", arch=("sm_90",), cores=132, vendor="nvidia")
+    store.put_target(gpu)
+    response = submit(client, target=gpu.target_key)  # blis.gemm cannot run on it
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "target"]
+    other_cpu = Target(kind="cpu", name="Elsewhere", arch=("avx2", "fma"), cores=64)
+    store.put_target(other_cpu)
+    job = submit(client, target=other_cpu.target_key).json()
+    assert job["state"] == "queued" and job["target_key"] == other_cpu.target_key
+    assert "waiting for a worker of target cpu Elsewhere" in job["waiting_for"]
+
+
+def test_job_records_come_in_pages_after_a_cursor(
+    client: TestClient, store: MemoryScheduleStore
+) -> None:
+    job_id = submit(client).json()["id"]
+    workload = Workload(**SHAPE)
+    local = local_cpu_target()
+    records = [
+        dataclasses.replace(record(local, workload, {"MR": i}, 1e-3 * (i + 1)), job_id=job_id)
+        for i in range(5)
+    ]
+    for r in records:
+        store.commit_records([r])
+    first = client.get(f"/api/v1/jobs/{job_id}/records", params={"limit": 2}).json()
+    assert [r["uid"] for r in first["items"]] == [r.uid for r in records[:2]]
+    assert [r["trial"] for r in first["items"]] == [1, 2] and first["total"] == 5
+    rest = client.get(
+        f"/api/v1/jobs/{job_id}/records", params={"after": first["next_after"]}
+    ).json()
+    assert [r["uid"] for r in rest["items"]] == [r.uid for r in records[2:]]
+    assert [r["trial"] for r in rest["items"]] == [3, 4, 5]
+    empty = client.get(f"/api/v1/jobs/{job_id}/records", params={"after": rest["next_after"]})
+    assert empty.json()["items"] == [] and empty.json()["next_after"] == rest["next_after"]
+
+
+def test_lookup_returns_the_confirmed_time(client: TestClient, store: MemoryScheduleStore) -> None:
+    local = local_cpu_target()
+    workload = Workload(m=40, n=40, k=40)
+    best = record(local, workload, {"MR": 8, "threads": 1}, 1e-3)
+    store.commit_records([best])
+    store.commit_baseline(baseline_record(local, workload, 1, 1.5e-3))
+    store.confirm_schedule(
+        workload_key=workload.key,
+        target_key=local.target_key,
+        template="blis.gemm",
+        candidates={best.uid},
+        winner_uid=best.uid,
+        confirmation=Confirmation(1.2e-3, 0.03, 3, utc_now()),
+    )
+    answer = client.get("/api/v1/schedules/best", params={"m": 40, "n": 40, "k": 40}).json()
+    assert answer["median_secs"] == pytest.approx(1e-3)
+    assert answer["confirmed_median_secs"] == pytest.approx(1.2e-3)
+    assert answer["confirmed_gflops"] == pytest.approx(workload.gflops(1.2e-3))
+    assert answer["confirmed_spread"] == pytest.approx(0.03) and answer["confirmed_rounds"] == 3
+    assert answer["speedup_vs_baseline"] == pytest.approx(1.25)  # against the confirmed time

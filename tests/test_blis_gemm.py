@@ -19,6 +19,7 @@ from tunehub.core import (
     Workload,
     local_cpu_target,
 )
+from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.blis_codegen import BlisParams, generate_source
 from tunehub.kernels.blis_gemm import BlisGemmTemplate, GemmKernel
 from tunehub.kernels.build import BuildError, build_shared_library
@@ -340,9 +341,11 @@ def test_measure_default_config_is_ok_and_timed(
     build_dir: Path, tmp_path: Path, epilogue: str
 ) -> None:
     workload = Workload(m=96, n=80, k=72, dtype="float32", epilogue=epilogue)
-    template = BlisGemmTemplate(build_dir=build_dir)
+    template = BlisGemmTemplate()
     result = template.measure(
-        request_for(workload, HOST), workdir=tmp_path, min_secs=0.02, max_repeats=20
+        request_for(workload, HOST),
+        build_dir=build_dir,
+        timing=TimingPolicy(min_secs=0.02, max_repeats=20),
     )
     assert result.status is MeasureStatus.OK, result.error
     assert 3 <= len(result.repeat_secs) <= 20
@@ -398,8 +401,8 @@ def test_single_thread_timing_is_pinned_and_affinity_restored(
 def test_measure_reports_a_wrong_kernel(
     build_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The measure path turns a kernel whose output is off into wrong_answer, not a time."""
-    real_compile = BlisGemmTemplate.compile
+    """The run path turns a kernel whose output is off into wrong_answer, not a time."""
+    real_load = BlisGemmTemplate.load
 
     class OffByOne:
         def __init__(self, kernel: GemmKernel) -> None:
@@ -414,13 +417,13 @@ def test_measure_reports_a_wrong_kernel(
             return c
 
     monkeypatch.setattr(
-        BlisGemmTemplate,
-        "compile",
-        lambda self, *args: OffByOne(real_compile(self, *args)),
+        BlisGemmTemplate, "load", lambda self, artifact: OffByOne(real_load(self, artifact))
     )
-    template = BlisGemmTemplate(build_dir=build_dir)
+    template = BlisGemmTemplate()
     result = template.measure(
-        request_for(Workload(m=33, n=21, k=13), HOST), workdir=tmp_path, min_secs=0.0, max_repeats=5
+        request_for(Workload(m=33, n=21, k=13), HOST),
+        build_dir=build_dir,
+        timing=TimingPolicy(min_secs=0.01, max_repeats=5),
     )
     assert result.status is MeasureStatus.WRONG_ANSWER
     assert "C[32, 20]" in result.error and not result.repeat_secs
@@ -428,9 +431,11 @@ def test_measure_reports_a_wrong_kernel(
 
 def test_measure_reports_build_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", "false")
-    template = BlisGemmTemplate(build_dir=tmp_path / "build")
+    template = BlisGemmTemplate()
     result = template.measure(
-        request_for(Workload(m=8, n=8, k=8), HOST), workdir=tmp_path, min_secs=0.0, max_repeats=3
+        request_for(Workload(m=8, n=8, k=8), HOST),
+        build_dir=tmp_path / "build",
+        timing=TimingPolicy(min_secs=0.01, max_repeats=3),
     )
     assert result.status is MeasureStatus.BUILD_ERROR
     assert "false exited with status 1" in result.error
@@ -441,13 +446,31 @@ def test_measure_rejects_configs_outside_the_space(tmp_path: Path) -> None:
     workload = Workload(m=8, n=8, k=8)
     default = TEMPLATE.default_config(workload, HOST)
     outside = request_for(workload, HOST, default.replace(KC=7))
-    result = TEMPLATE.measure(outside, workdir=tmp_path, min_secs=0.0, max_repeats=3)
+    quick = TimingPolicy(min_secs=0.01, max_repeats=3)
+    result = TEMPLATE.measure(outside, build_dir=tmp_path, timing=quick)
     assert result.status is MeasureStatus.INVALID and "not in the space" in result.error
     old = MeasureRequest(workload, HOST, TEMPLATE.name, TEMPLATE.version + 1, default)
-    result = TEMPLATE.measure(old, workdir=tmp_path, min_secs=0.0, max_repeats=3)
+    result = TEMPLATE.measure(old, build_dir=tmp_path, timing=quick)
     assert result.status is MeasureStatus.INVALID and "v2" in result.error
     gpu = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132)
-    assert TEMPLATE.supports(workload, gpu) is not None
+    problem = TEMPLATE.problem(workload, gpu)
+    assert problem is not None and problem.field == "target"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"dtype": "float16"}, "workload.dtype"),
+        ({"a_layout": "col_major"}, "workload.a_layout"),
+        ({"b_layout": "col_major"}, "workload.b_layout"),
+        ({"epilogue": "bias_gelu"}, "workload.epilogue"),
+        ({"allow_tf32": True}, "workload.allow_tf32"),
+    ],
+)
+def test_what_blis_cannot_run_is_named_by_field(change: dict[str, object], field: str) -> None:
+    workload = Workload.from_dict({**Workload(m=8, n=8, k=8).to_dict(), **change})
+    problem = TEMPLATE.problem(workload, HOST)
+    assert problem is not None and problem.field == field and "blis.gemm" in problem.reason
 
 
 def test_registry_finds_blis_and_names_the_known_ones() -> None:

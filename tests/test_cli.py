@@ -38,6 +38,7 @@ def test_tune_then_lookup_and_jobs(tmp_path: Path) -> None:
     assert result["speedup_vs_baseline"] == pytest.approx(
         baseline["median_secs"] / result["median_secs"]
     )
+    assert result["confirmed"] is True  # the winner was re-timed against the runners-up
     assert "trials" in out.stderr  # the progress bar
     found = json.loads(tunehub(tmp_path, "lookup", "33", "17", "29").stdout)
     assert found["config"] == result["config"]
@@ -59,6 +60,13 @@ def test_bad_sizes_get_a_message_naming_the_argument(tmp_path: Path) -> None:
     assert "m" in proc.stderr and ">= 1" in proc.stderr
     proc = tunehub(tmp_path, "tune", "16", "16", "16", "--dtype", "int4", check=False)
     assert proc.returncode == 2 and "int4" in proc.stderr
+    proc = tunehub(tmp_path, "tune", "16", "16", "16", "--dtype", "float16", check=False)
+    assert proc.returncode == 2 and "--dtype" in proc.stderr and "blis.gemm" in proc.stderr
+    proc = tunehub(tmp_path, "tune", "16", "16", "16", "--strategy", "nope", check=False)
+    assert proc.returncode == 2 and "known: " in proc.stderr and "random" in proc.stderr
+    proc = tunehub(tmp_path, "tune", "16", "16", "16", "--allow-tf32", "--dtype", "float64",
+                   check=False)  # fmt: skip
+    assert proc.returncode == 2 and "--allow-tf32" in proc.stderr
     for flag, value in (("--secs", "1e9"), ("--trials", "200000"), ("--seed", "9" * 20)):
         proc = tunehub(tmp_path, "tune", "8", "8", "8", flag, value, check=False)
         assert proc.returncode == 2, (flag, proc.stderr)

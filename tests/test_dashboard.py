@@ -116,7 +116,8 @@ def seed(url: str) -> dict[str, int]:
         done = store.create_job(JobSpec(WORKLOAD, TARGET.target_key, budget=budget))
         claimed = store.claim_job()
         assert claimed is not None and claimed.id == done.id
-        store.commit_records([make_record(done.id, i, *trial) for i, trial in enumerate(TRIALS, 1)])
+        for i, trial in enumerate(TRIALS, 1):  # one at a time, as a worker stores them
+            store.commit_records([make_record(done.id, i, *trial)])
         store.set_job_state(done.id, JobState.SUCCEEDED)
         store.commit_baseline(baseline_record())
         waiting = store.create_job(JobSpec(OTHER_WORKLOAD, TARGET.target_key))
@@ -498,6 +499,7 @@ def test_job_page_of_a_queued_job_offers_cancel(
     base, ids = seeded_site
     dom = dump_dom(f"{base}/jobs/{ids['waiting']}", profile)
     assert dom.by_id("job-summary").attrs["data-state"] == "queued"
+    assert "waiting for a worker of target " + TARGET.label in dom.by_id("job-summary").text()
     assert "hidden" not in dom.by_id("cancel-button").attrs
     assert "no measurements yet" in dom.by_id("best-chart").text()
     assert dom.by_id("records-table").find_all("tr", {"data-status": None}) == []

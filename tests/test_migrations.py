@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -9,12 +11,15 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Column, Integer, MetaData, inspect, select, text
+from sqlalchemy import Column, Engine, Integer, MetaData, inspect, select, text
 from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.orm import sessionmaker
 
+from tests.db_fixtures import empty_pg_database
+from tunehub.core import Config, Workload, local_cpu_target
 from tunehub.db import (
     SchemaOutOfDate,
+    SqlScheduleStore,
     check_at_head,
     current_revision,
     database_url,
@@ -26,7 +31,7 @@ from tunehub.db import (
 from tunehub.db.migrate import MIGRATIONS_DIR, alembic_config
 from tunehub.db.tables import Base, TargetRow
 
-TABLES = {"targets", "workloads", "jobs", "records", "schedules", "baselines"}
+TABLES = {"targets", "workloads", "jobs", "records", "schedules", "baselines", "workers"}
 
 
 def _differences(url: str, metadata: MetaData) -> list[object]:
@@ -44,7 +49,7 @@ def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'new.db'}"
     assert current_revision(url) is None
     upgrade(url)
-    assert current_revision(url) == head_revision() == "0003"
+    assert current_revision(url) == head_revision() == "0004"
     check_at_head(url)
     upgrade(url)  # at head already: nothing to do
     engine = make_engine(url)
@@ -96,6 +101,112 @@ def test_upgrade_from_0001_keeps_the_data_and_adds_baselines(tmp_path: Path) -> 
     engine.dispose()
 
 
+def _fill_0003(engine: Engine) -> dict[str, str]:
+    """Rows as a 0003 database holds them: a target, a workload, a job, a record, a schedule
+    and a baseline. Returns the keys used."""
+    target = local_cpu_target()
+    workload = Workload(m=64, n=48, k=32, epilogue="bias")
+    config = Config({"MR": 6, "NR": 64})
+    now = "2026-11-22 00:00:00+00:00"
+    with engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO targets VALUES (:key, :family, 'cpu', :name, :data, :now)"),
+            {
+                "key": target.target_key,
+                "family": target.family_key,
+                "name": target.name,
+                "data": json.dumps(target.to_dict()),
+                "now": now,
+            },
+        )
+        conn.execute(
+            text(
+                "INSERT INTO workloads VALUES (:key, 'matmul', 64, 48, 32, 'float32', "
+                "'row_major', 'bias', :now)"
+            ),
+            {"key": workload.key, "now": now},
+        )
+        for uid, template, cfg, median in (
+            ("r1", "blis.gemm", config.to_dict(), 1e-5),
+            ("b1", "numpy.matmul", {"threads": 1}, 2e-5),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO records (uid, job_id, workload_key, target_key, template,"
+                    " template_version, config, config_key, status, median_secs, repeat_secs,"
+                    " error, compile_secs, verify_secs, run_secs, environment, created_at)"
+                    " VALUES (:uid, NULL, :w, :t, :tpl, 2, :cfg, :ck, 'ok', :median, :reps,"
+                    " '', 0, 0, 0, '{}', :now)"
+                ),
+                {
+                    "uid": uid,
+                    "w": workload.key,
+                    "t": target.target_key,
+                    "tpl": template,
+                    "cfg": json.dumps(cfg),
+                    "ck": Config(cfg).key,
+                    "median": median,
+                    "reps": json.dumps([median]),
+                    "now": now,
+                },
+            )
+        conn.execute(
+            text(
+                "INSERT INTO schedules VALUES (:w, :t, 'blis.gemm', 2, :cfg, 1e-5, 1.0, 'r1', :now)"
+            ),
+            {
+                "w": workload.key,
+                "t": target.target_key,
+                "cfg": json.dumps(config.to_dict()),
+                "now": now,
+            },
+        )
+        conn.execute(
+            text("INSERT INTO baselines VALUES (:w, :t, 'numpy.matmul', 1, 2e-5, 'b1', :now)"),
+            {"w": workload.key, "t": target.target_key, "now": now},
+        )
+    return {"workload": workload.key, "target": target.target_key}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database (no tables) on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    yield from empty_pg_database()
+
+
+def test_upgrade_from_0003_keeps_keys_schedules_and_baselines(empty_url: str) -> None:
+    upgrade(empty_url, revision="0003")
+    engine = make_engine(empty_url)
+    keys = _fill_0003(engine)
+    upgrade(engine)
+    check_at_head(engine)
+    store = SqlScheduleStore(engine)
+    workload = Workload(m=64, n=48, k=32, epilogue="bias")
+    assert workload.key == keys["workload"]
+    assert store.get_workload(workload.key) == workload
+    schedule = store.get_schedule(workload_key=workload.key, target_key=keys["target"])
+    assert schedule is not None and schedule.record_uid == "r1"
+    assert schedule.confirmation is None
+    baseline = store.get_baseline(
+        workload_key=workload.key,
+        target_key=keys["target"],
+        template="numpy.matmul",
+        config=Config({"threads": 1}),
+    )
+    assert baseline is not None and baseline.uid == "b1"
+    assert [r.uid for r in store.list_baselines(workload_key=workload.key,
+                                                target_key=keys["target"])] == ["b1"]  # fmt: skip
+    # And back: the thread-count baselines survive a downgrade.
+    command.downgrade(alembic_config(empty_url), "0003")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT threads, record_uid FROM baselines")).one() == (1, "b1")
+        assert conn.execute(text("SELECT layout FROM workloads")).scalar_one() == "row_major"
+    engine.dispose()
+
+
 def test_a_database_from_a_newer_tunehub_names_both_revisions(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'newer.db'}"
     upgrade(url)
@@ -131,6 +242,7 @@ def test_the_migrations_ship_as_package_data() -> None:
         "0001_initial.py",
         "0002_baselines.py",
         "0003_job_owner.py",
+        "0004_pipeline.py",
     ]
 
 

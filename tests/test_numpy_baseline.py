@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tunehub.core import Config, MeasureRequest, MeasureStatus, Workload, local_cpu_target
+from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
 from tunehub.kernels.registry import get_template
 from tunehub.kernels.timing import current_cpu, pinned_to_current_cpu, time_calls
@@ -24,7 +25,7 @@ def request(workload: Workload, threads: int = 1) -> MeasureRequest:
 def test_baseline_measures_ok_with_every_repeat(tmp_path: Path, dtype: str, epilogue: str) -> None:
     workload = Workload(m=67, n=45, k=33, dtype=dtype, epilogue=epilogue)
     result = NumpyGemmBaseline().measure(
-        request(workload), workdir=tmp_path, min_secs=0.02, max_repeats=20
+        request(workload), build_dir=tmp_path, timing=TimingPolicy(min_secs=0.02, max_repeats=20)
     )
     assert result.status is MeasureStatus.OK, result.error
     assert 3 <= len(result.repeat_secs) <= 20
@@ -43,15 +44,31 @@ def test_baseline_thread_knob_is_bounded_by_the_cores(tmp_path: Path) -> None:
         range(1, target.cores + 1)
     )
     result = template.measure(
-        request(workload, threads=target.cores + 1), workdir=tmp_path, min_secs=0.01, max_repeats=5
+        request(workload, threads=target.cores + 1),
+        build_dir=tmp_path,
+        timing=TimingPolicy(min_secs=0.01, max_repeats=5),
     )
     assert result.status is MeasureStatus.INVALID
     assert "not in the space" in result.error
 
 
 def test_baselines_are_not_offered_for_tuning() -> None:
-    reason = NumpyGemmBaseline().supports(Workload(m=8, n=8, k=8), local_cpu_target())
-    assert reason is not None and "baseline" in reason
+    problem = NumpyGemmBaseline().problem(Workload(m=8, n=8, k=8), local_cpu_target())
+    assert problem is not None and "baseline" in problem.reason and problem.field == "template"
+
+
+def test_baseline_configs_are_one_thread_and_every_core() -> None:
+    target = local_cpu_target()
+    configs = NumpyGemmBaseline().baseline_configs(Workload(m=8, n=8, k=8), target)
+    assert [c["threads"] for c in configs] == sorted({1, target.cores})
+
+
+def test_baseline_reads_column_major_operands(tmp_path: Path) -> None:
+    workload = Workload(m=37, n=29, k=41, a_layout="col_major", b_layout="col_major")
+    result = NumpyGemmBaseline().measure(
+        request(workload), build_dir=tmp_path, timing=TimingPolicy(min_secs=0.01, max_repeats=3)
+    )
+    assert result.status is MeasureStatus.OK, result.error
 
 
 def test_time_calls_follows_the_repeat_policy() -> None:

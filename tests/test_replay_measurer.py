@@ -32,10 +32,11 @@ def test_answers_in_order_and_marks_unknown_configs_invalid() -> None:
         MeasureRecord(request(4), ok(2.0)),
         MeasureRecord(request(6), MeasureResult(MeasureStatus.BUILD_ERROR, error="no")),
     ]
-    seen: list[MeasureRequest] = []
-    replay = ReplayMeasurer(records, progress=lambda req, _: seen.append(req))
+    replay = ReplayMeasurer(records)
     asked = [request(6), request(8), request(4), request(4, Workload(m=65, n=64, k=64))]
-    results = replay.measure(asked)
+    futures = [replay.submit(r) for r in asked]
+    assert all(f.done() for f in futures)  # answered at once
+    results = [f.result() for f in futures]
     assert [r.status for r in results] == [
         MeasureStatus.BUILD_ERROR,
         MeasureStatus.INVALID,
@@ -44,7 +45,7 @@ def test_answers_in_order_and_marks_unknown_configs_invalid() -> None:
     ]
     assert results[1].error == NOT_IN_HISTORY
     assert results[2].median_secs == 2.0
-    assert replay.requests == asked and seen == asked
+    assert replay.requests == asked
     assert request(4) in replay and request(8) not in replay and len(replay) == 2
 
 
@@ -55,3 +56,10 @@ def test_latest_record_wins_and_fallback_answers_the_rest() -> None:
     assert [r.median_secs for r in replay.measure([request(4), request(9)])] == [1.0, 9.0]
     replay.add([MeasureRecord(request(9), ok(0.5), created_at=new.created_at)])
     assert replay.measure([request(9)])[0].median_secs == 0.5
+
+
+def test_machine_failures_are_not_answers() -> None:
+    lost = MeasureRecord(request(4), MeasureResult(MeasureStatus.WORKER_ERROR, error="lost"))
+    replay = ReplayMeasurer([lost], capacity=4)
+    assert request(4) not in replay and replay.capacity == 4
+    assert replay.measure([request(4)])[0].status is MeasureStatus.INVALID

@@ -1,10 +1,15 @@
-"""JobRunner on the in-memory store with a replay measurer: outcomes, cancel, restart."""
+"""JobRunner: outcomes, waiting for a worker, cancel, restart; on the in-memory store with a
+replay measurer, and with real sandboxes for cancel and machine failures."""
 
 from __future__ import annotations
 
 import socket
 import time
+from concurrent.futures import Future
+from pathlib import Path
 
+import tests.faulty_template  # noqa: F401 - registers the test templates in this process
+from tests.test_local_measurer import PLUGIN_ENV, alive, flaky_python
 from tunehub.core import (
     Budget,
     JobSpec,
@@ -19,8 +24,10 @@ from tunehub.core import (
 )
 from tunehub.core.owner import process_owner
 from tunehub.db import MemoryScheduleStore
+from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.registry import get_template
 from tunehub.service.runner import JobRunner
+from tunehub.workers.local import LocalMeasurer
 from tunehub.workers.replay import ReplayMeasurer
 
 WORKLOAD = Workload(m=48, n=40, k=32)
@@ -47,48 +54,75 @@ def replay_history(target: Target, secs: float | None = 1e-3) -> list[MeasureRec
     return out
 
 
-def submit(store: MemoryScheduleStore, target: Target, trials: int = 4) -> int:
+class SlowReplay(ReplayMeasurer):
+    def submit(self, request: MeasureRequest) -> Future[MeasureResult]:
+        time.sleep(0.02)
+        return super().submit(request)
+
+
+def submit(
+    store: MemoryScheduleStore, target: Target, trials: int = 4, template: str = "blis.gemm"
+) -> int:
     store.put_target(target)
     spec = JobSpec(
         workload=WORKLOAD,
         target_key=target.target_key,
+        template=template,
         budget=Budget(max_trials=trials, max_secs=60),
     )
     return store.create_job(spec).id
 
 
-def wait_finished(store: MemoryScheduleStore, job_id: int, timeout: float = 30) -> JobState:
+def wait_for(predicate: object, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = store.get_job(job_id).state
-        if state.finished:
-            return state
+        if callable(predicate) and predicate():
+            return
         time.sleep(0.02)
-    raise TimeoutError(f"job {job_id} is {store.get_job(job_id).state}")
+    raise TimeoutError("condition not met in time")
 
 
-def test_runner_tunes_queued_jobs_to_success() -> None:
+def wait_finished(store: MemoryScheduleStore, job_id: int, timeout: float = 30) -> JobState:
+    wait_for(lambda: store.get_job(job_id).state.finished, timeout)
+    return store.get_job(job_id).state
+
+
+def test_runner_tunes_queued_jobs_to_success_and_registers_its_worker() -> None:
     target = local_cpu_target()
     store = MemoryScheduleStore()
-    runner = JobRunner(store, lambda: ReplayMeasurer(replay_history(target)), poll_secs=0.01)
+    runner = JobRunner(
+        store, lambda: ReplayMeasurer(replay_history(target), target=target), poll_secs=0.01
+    )
+    (worker,) = store.list_workers()
+    assert worker.target_key == target.target_key and worker.device == "cpu"
     job_id = submit(store, target)
     runner.start()
     try:
         assert wait_finished(store, job_id) is JobState.SUCCEEDED
     finally:
         runner.stop()
+    assert store.list_workers() == []  # unregistered on stop
     job = store.get_job(job_id)
     assert job.trials_done == 4 and job.best_record_uid is not None
+    from tunehub.core import Config
+
     assert (
-        store.get_baseline(workload_key=WORKLOAD.key, target_key=target.target_key, threads=1)
+        store.get_baseline(
+            workload_key=WORKLOAD.key,
+            target_key=target.target_key,
+            template="numpy.matmul",
+            config=Config({"threads": 1}),
+        )
         is not None
     )
+    schedule = store.get_schedule(workload_key=WORKLOAD.key, target_key=target.target_key)
+    assert schedule is not None and schedule.confirmation is not None  # the winner re-timed
 
 
 def test_a_job_whose_every_trial_fails_is_failed_with_the_reason() -> None:
     target = local_cpu_target()
     store = MemoryScheduleStore()
-    runner = JobRunner(store, lambda: ReplayMeasurer(replay_history(target, None)))
+    runner = JobRunner(store, lambda: ReplayMeasurer(replay_history(target, None), target=target))
     job_id = submit(store, target, trials=3)
     job = store.claim_job()
     assert job is not None
@@ -98,40 +132,39 @@ def test_a_job_whose_every_trial_fails_is_failed_with_the_reason() -> None:
     assert job.trials_done == 3
 
 
-def test_a_job_for_another_machine_fails_clearly() -> None:
-    target = local_cpu_target()
-    other = Target(kind="cpu", name="Elsewhere", arch=("avx2",), cores=64)
+def test_a_job_waits_for_a_worker_of_its_target_and_runs_once_one_registers() -> None:
+    here = local_cpu_target()
+    other = Target(kind="cpu", name="Elsewhere", arch=("avx2",), cores=2)
     store = MemoryScheduleStore()
-    runner = JobRunner(store, lambda: ReplayMeasurer([]))
-    job_id = submit(store, other)
-    job = store.claim_job()
-    assert job is not None
-    runner.run_job(job)
-    job = store.get_job(job_id)
-    assert job.state is JobState.FAILED
-    assert "no worker here for target" in job.error and target.label in job.error
+    runner = JobRunner(
+        store, lambda: ReplayMeasurer(replay_history(here), target=here), poll_secs=0.01
+    )
+    runner.start()
+    try:
+        job_id = submit(store, other)
+        time.sleep(0.3)
+        assert store.get_job(job_id).state is JobState.QUEUED  # nobody here measures there
+        runner.add_worker(lambda: ReplayMeasurer(replay_history(other), target=other), device="cpu")
+        assert wait_finished(store, job_id) is JobState.SUCCEEDED
+    finally:
+        runner.stop()
+    assert store.get_job(job_id).trials_done == 4
 
 
 def test_cancel_stops_a_running_job_and_stays_cancelled() -> None:
     target = local_cpu_target()
     store = MemoryScheduleStore()
     job_id = submit(store, target, trials=1000)
-
-    class SlowReplay(ReplayMeasurer):
-        def measure(self, requests):  # type: ignore[no-untyped-def]
-            time.sleep(0.02)
-            return super().measure(requests)
-
-    runner = JobRunner(store, lambda: SlowReplay(replay_history(target)), poll_secs=0.01)
+    runner = JobRunner(
+        store, lambda: SlowReplay(replay_history(target), target=target), poll_secs=0.01
+    )
     runner.start()
     try:
-        deadline = time.monotonic() + 20
-        while store.get_job(job_id).trials_done < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: store.get_job(job_id).trials_done >= 2, 20)
         store.set_job_state(job_id, JobState.CANCELLED, error="cancelled by request")
-        time.sleep(0.3)
+        time.sleep(0.5)
         done = store.get_job(job_id).trials_done
-        time.sleep(0.2)
+        time.sleep(0.3)
     finally:
         runner.stop()
     job = store.get_job(job_id)
@@ -144,40 +177,33 @@ def test_stop_hands_the_job_back_and_a_new_runner_resumes_it() -> None:
     store = MemoryScheduleStore()
     job_id = submit(store, target, trials=12)
     history = replay_history(target)
-
-    class SlowReplay(ReplayMeasurer):
-        def measure(self, requests):  # type: ignore[no-untyped-def]
-            time.sleep(0.02)
-            return super().measure(requests)
-
-    first = JobRunner(store, lambda: SlowReplay(history), poll_secs=0.01)
+    first = JobRunner(store, lambda: SlowReplay(history, target=target), poll_secs=0.01)
     first.start()
-    deadline = time.monotonic() + 20
-    while store.get_job(job_id).trials_done < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: store.get_job(job_id).trials_done >= 2, 20)
     first.stop()
     assert store.get_job(job_id).state is JobState.QUEUED  # handed back, not lost
-    second = JobRunner(store, lambda: SlowReplay(history), poll_secs=0.01)
+    second = JobRunner(store, lambda: SlowReplay(history, target=target), poll_secs=0.01)
     second.start()  # requeues the interrupted job, then claims it again
     try:
         assert wait_finished(store, job_id) is JobState.SUCCEEDED
     finally:
         second.stop()
     records = store.job_records(job_id)
-    assert len(records) == 12 == len({r.config.key for r in records})
+    verdicts = [r for r in records if r.verdict]
+    assert len(verdicts) == 12 == len({r.config.key for r in verdicts})
 
 
 def test_start_requeues_only_jobs_whose_process_is_gone() -> None:
     target = local_cpu_target()
     store = MemoryScheduleStore()
-    dead, alive, remote = (submit(store, target) for _ in range(3))
+    dead, alive_job, remote = (submit(store, target) for _ in range(3))
     store.claim_job(owner=f"{socket.gethostname()}:999999999:1")  # no such pid
     store.claim_job(owner=process_owner())  # this very process, e.g. a tunehub tune
     store.claim_job(owner="some-other-host:1:1")
-    runner = JobRunner(store, lambda: ReplayMeasurer([]))
+    runner = JobRunner(store, lambda: ReplayMeasurer([], target=target))
     assert runner.requeue_orphans() == [dead]
     assert store.get_job(dead).state is JobState.QUEUED
-    assert store.get_job(alive).state is JobState.RUNNING
+    assert store.get_job(alive_job).state is JobState.RUNNING
     assert store.get_job(remote).state is JobState.RUNNING
 
 
@@ -185,7 +211,7 @@ def test_a_repeat_job_on_a_fully_measured_space_succeeds() -> None:
     target = local_cpu_target()
     store = MemoryScheduleStore()
     history = replay_history(target)
-    runner = JobRunner(store, lambda: ReplayMeasurer(history))
+    runner = JobRunner(store, lambda: ReplayMeasurer(history, target=target))
     store.put_target(target)
     spec = JobSpec(
         workload=WORKLOAD,
@@ -200,3 +226,82 @@ def test_a_repeat_job_on_a_fully_measured_space_succeeds() -> None:
         runner.run_job(job)
         assert store.get_job(job_id).state is JobState.SUCCEEDED
     assert store.get_job(job_id).trials_done == 0  # nothing was left to measure
+
+
+# --- with real sandboxes ---------------------------------------------------------------------
+def test_cancel_during_a_long_candidate_kills_its_sandbox_within_two_seconds(
+    tmp_path: Path,
+) -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    measurers: list[LocalMeasurer] = []
+
+    def factory() -> LocalMeasurer:
+        m = LocalMeasurer(workdir=tmp_path / "w", env=PLUGIN_ENV, timeout_secs=120)
+        measurers.append(m)
+        return m
+
+    runner = JobRunner(store, factory, poll_secs=0.05)
+    (worker,) = runner.workers
+    job_id = submit(store, target, trials=1, template="test.sleepy")
+    runner.start()
+    try:
+        wait_for(lambda: measurers[0].sandbox_pid is not None, 30)
+        time.sleep(1.0)  # the 60-second candidate is running now
+        pid = measurers[0].sandbox_pid
+        assert pid is not None and alive(pid) and worker.current_job == job_id
+        start = time.monotonic()
+        store.set_job_state(job_id, JobState.CANCELLED, error="cancelled by request")
+        wait_for(lambda: worker.current_job is None and not alive(pid), 2.0)
+        assert time.monotonic() - start < 2.0
+    finally:
+        runner.stop()
+    job = store.get_job(job_id)
+    assert job.state is JobState.CANCELLED and job.trials_done == 0
+    (record,) = store.job_records(job_id)
+    assert record.status is MeasureStatus.CANCELLED  # not a runtime_error: not its verdict
+
+
+def test_a_sandbox_that_cannot_start_is_retried_and_the_config_measured_later(
+    tmp_path: Path,
+) -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    python = flaky_python(tmp_path, failures=1)
+    env = {**PLUGIN_ENV, "TUNEHUB_TEST_BUILD_SECS": "0.01", "TUNEHUB_TEST_RUN_SECS": "0.01"}
+
+    def factory() -> LocalMeasurer:
+        return LocalMeasurer(
+            workdir=tmp_path / "w",
+            env=env,
+            python=str(python),
+            retries=0,
+            builders=1,
+            timing=TimingPolicy(min_secs=0.01, max_repeats=3),
+        )
+
+    runner = JobRunner(store, factory, poll_secs=0.05)
+    job_id = submit(store, target, trials=3, template="test.pipeline")
+    runner.start()
+    try:
+        assert wait_finished(store, job_id, 60) is JobState.SUCCEEDED
+    finally:
+        runner.stop()
+    records = store.job_records(job_id)
+    assert [r.status for r in records].count(MeasureStatus.WORKER_ERROR) == 1
+    lost = next(r for r in records if r.status is MeasureStatus.WORKER_ERROR)
+    measured = [r for r in records if r.config == lost.config and r.verdict]
+    assert [r.status for r in measured] == [MeasureStatus.OK]  # measured later, not poisoned
+    assert store.get_job(job_id).trials_done == 3
+
+
+def test_a_job_of_an_unknown_template_fails_clearly() -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    runner = JobRunner(store, lambda: ReplayMeasurer([], target=target))
+    job_id = submit(store, target, template="no.such")
+    job = store.claim_job()
+    assert job is not None
+    runner.run_job(job)
+    job = store.get_job(job_id)
+    assert job.state is JobState.FAILED and "no.such" in job.error

@@ -13,6 +13,7 @@ import pytest
 from tunehub.core import (
     Budget,
     Config,
+    Confirmation,
     JobSpec,
     JobState,
     MeasureRecord,
@@ -20,6 +21,7 @@ from tunehub.core import (
     MeasureResult,
     MeasureStatus,
     Target,
+    Worker,
     Workload,
 )
 from tunehub.db import JobNotFound, ScheduleStore, SqlScheduleStore
@@ -336,9 +338,11 @@ def test_records_round_trip_every_field(store: ScheduleStore) -> None:
     failed = record(
         None, workload=TALL, job_id=job_id, status=MeasureStatus.WRONG_ANSWER, created_at=T0
     )
-    assert store.commit_records([ok, failed]) == 2
+    assert store.commit_records([failed]) == 1
+    assert store.commit_records([ok]) == 1
     got = store.job_records(job_id)
-    assert got == [failed, ok]  # ok is 12:30 UTC, after failed at 12:00
+    assert got == [failed, ok]  # commit order
+    assert got[0].seq is not None and got[1].seq is not None and got[0].seq < got[1].seq
     assert got[1].result.repeat_secs == ok.result.repeat_secs
     assert isinstance(got[1].result.repeat_secs, tuple)
     assert got[1].config["pack_b"] is True and got[1].config["MR"] == 6
@@ -348,7 +352,7 @@ def test_records_round_trip_every_field(store: ScheduleStore) -> None:
     assert got[1].request.target == CPU and got[1].request.target.toolchain == CPU.toolchain
 
 
-def test_records_are_ordered_oldest_first_then_by_arrival(store: ScheduleStore) -> None:
+def test_records_come_in_commit_order_by_uid_within_a_commit(store: ScheduleStore) -> None:
     late = record(1e-3, created_at=T0 + timedelta(minutes=5))
     early = record(2e-3, created_at=T0 - timedelta(minutes=5))
     same_a = record(3e-3, created_at=T0)
@@ -357,7 +361,64 @@ def test_records_are_ordered_oldest_first_then_by_arrival(store: ScheduleStore) 
     store.commit_records([early])
     store.commit_records([same_b])
     got = store.records_for(workload_key=SQUARE.key, target_key=CPU.target_key)
-    assert [r.uid for r in got] == [early.uid, same_a.uid, same_b.uid, late.uid]
+    first = sorted([late.uid, same_a.uid])
+    assert [r.uid for r in got] == [*first, early.uid, same_b.uid]
+    seqs = [r.seq for r in got]
+    assert all(s is not None for s in seqs) and seqs == sorted(seqs)  # type: ignore[type-var]
+
+
+def test_job_records_page_by_seq(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    records = [record(1e-3 * (i + 1), job_id=job_id) for i in range(5)]
+    for r in records:
+        store.commit_records([r])
+    store.commit_records([record(1e-3)])  # another job's (none): not in the pages
+    every = store.job_records(job_id)
+    assert [r.uid for r in every] == [r.uid for r in records]
+    page = store.job_records(job_id, limit=2)
+    assert [r.uid for r in page] == [r.uid for r in records[:2]]
+    rest = store.job_records(job_id, after=page[-1].seq)
+    assert [r.uid for r in rest] == [r.uid for r in records[2:]]
+    assert store.job_records(job_id, after=every[-1].seq) == []
+    assert store.count_job_records(job_id) == 5
+    assert store.count_job_records(job_id, through=page[-1].seq) == 2
+    with pytest.raises(JobNotFound):
+        store.count_job_records(job_id + 1)
+
+
+def test_only_verdicts_are_trials_and_tuning_time_adds_up(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    cancelled = record(None, job_id=job_id, status=MeasureStatus.CANCELLED)
+    lost = record(None, job_id=job_id, status=MeasureStatus.WORKER_ERROR)
+    timeout = record(None, job_id=job_id, status=MeasureStatus.TIMEOUT)
+    store.commit_records([cancelled, lost, timeout], tuning_secs={job_id: 1.5})
+    job = store.get_job(job_id)
+    assert job.trials_done == 1 and job.tuning_secs == pytest.approx(1.5)
+    assert store.count_job_records(job_id) == 3  # all are stored, for the record
+    store.commit_records([], tuning_secs={job_id: 0.25})  # time with no record
+    assert store.get_job(job_id).tuning_secs == pytest.approx(1.75)
+    with pytest.raises(JobNotFound):
+        store.commit_records([], tuning_secs={job_id + 5: 1.0})
+    with pytest.raises(ValueError, match="tuning_secs"):
+        store.commit_records([], tuning_secs={job_id: float("nan")})
+
+
+def test_family_records_span_workloads_and_targets_of_the_family(store: ScheduleStore) -> None:
+    here = record(2e-3, target=CPU)
+    sibling_tall = record(1e-3, target=CPU_NEW_CC, workload=TALL)
+    other_template = record(1e-3, target=CPU, template="triton.gemm")
+    stranger = record(1e-3, target=OTHER_CPU)
+    newer = dataclasses.replace(
+        record(1e-3, target=CPU), request=dataclasses.replace(here.request, template_version=4)
+    )
+    for r in (here, sibling_tall, other_template, stranger, newer):
+        store.commit_records([r])
+    found = store.family_records(family_key=CPU.family_key, template="blis.gemm")
+    assert [r.uid for r in found] == [here.uid, sibling_tall.uid, newer.uid]
+    v3 = store.family_records(family_key=CPU.family_key, template="blis.gemm", template_version=3)
+    assert [r.uid for r in v3] == [here.uid, sibling_tall.uid]
+    latest = store.family_records(family_key=CPU.family_key, template="blis.gemm", limit=2)
+    assert [r.uid for r in latest] == [sibling_tall.uid, newer.uid]
 
 
 def test_records_for_filters_by_target_and_template(store: ScheduleStore) -> None:
@@ -587,38 +648,180 @@ def test_commit_records_is_one_transaction(sql_url: str, monkeypatch: pytest.Mon
     store.close()
 
 
-@pytest.mark.postgres
-def test_baseline_is_the_latest_ok_library_time_per_thread_count(store: ScheduleStore) -> None:
+def test_baseline_is_the_latest_ok_library_time_per_config(store: ScheduleStore) -> None:
     keys = {"workload_key": SQUARE.key, "target_key": CPU.target_key}
-    assert store.get_baseline(**keys, threads=1) is None
+    one, two = Config({"threads": 1}), Config({"threads": 2})
+    assert store.get_baseline(**keys, template="numpy.matmul", config=one) is None
     first = record(2e-3, template="numpy.matmul", config={"threads": 1})
     assert store.commit_baseline(first) is True
     assert store.commit_baseline(first) is False  # same uid: a no-op
-    two = record(1e-3, template="numpy.matmul", config={"threads": 2})
+    second = record(1e-3, template="numpy.matmul", config={"threads": 2})
     failed = record(None, template="numpy.matmul", config={"threads": 1})
-    store.commit_baseline(two)
+    store.commit_baseline(second)
     store.commit_baseline(failed)  # stored as a record, never as the baseline
-    got = store.get_baseline(**keys, threads=1)
+    got = store.get_baseline(**keys, template="numpy.matmul", config=one)
     assert got is not None and got.uid == first.uid and got.median_secs == first.median_secs
     later = record(3e-3, template="numpy.matmul", config={"threads": 1})
     store.commit_baseline(later)  # latest wins: a library is measured, not tuned
-    got = store.get_baseline(**keys, threads=1, template="numpy.matmul")
+    got = store.get_baseline(**keys, template="numpy.matmul", config=one)
     assert got is not None and got.uid == later.uid
-    got2 = store.get_baseline(**keys, threads=2)
-    assert got2 is not None and got2.uid == two.uid
-    assert store.get_baseline(**keys, threads=1, template="mkl") is None
+    got2 = store.get_baseline(**keys, template="numpy.matmul", config=two)
+    assert got2 is not None and got2.uid == second.uid
+    assert store.get_baseline(**keys, template="mkl", config=one) is None
+    cublas = record(5e-4, template="torch.matmul", config={"allow_tf32": True})
+    store.commit_baseline(cublas)
+    listed = store.list_baselines(**keys)
+    assert [r.uid for r in listed] == [second.uid, later.uid, cublas.uid]
+    assert [r.request.template for r in listed] == ["numpy.matmul", "numpy.matmul", "torch.matmul"]
     # Baselines never become schedules, and their records are history like any other.
     assert store.get_schedule(**keys) is None
-    assert {r.uid for r in store.records_for(**keys)} == {first.uid, two.uid, failed.uid, later.uid}
+    assert {r.uid for r in store.records_for(**keys)} == {
+        first.uid,
+        second.uid,
+        failed.uid,
+        later.uid,
+        cublas.uid,
+    }
 
 
-def test_baselines_belong_to_no_job_and_need_a_thread_count(store: ScheduleStore) -> None:
+def test_baselines_belong_to_no_job(store: ScheduleStore) -> None:
     job_id = new_job(store)
     with pytest.raises(ValueError, match="no job"):
         store.commit_baseline(record(1e-3, template="numpy.matmul", job_id=job_id))
-    with pytest.raises(ValueError, match="threads"):
-        store.commit_baseline(record(1e-3, template="numpy.matmul", config={"threads": 0}))
-    assert store.get_baseline(workload_key=SQUARE.key, target_key=CPU.target_key, threads=1) is None
+    assert (
+        store.get_baseline(
+            workload_key=SQUARE.key,
+            target_key=CPU.target_key,
+            template="numpy.matmul",
+            config=Config({"MR": 6, "NR": 16}),
+        )
+        is None
+    )
+
+
+# --- confirmations ---------------------------------------------------------------------------
+def _confirmation(secs: float, **others: float) -> Confirmation:
+    return Confirmation(
+        median_secs=secs, spread=0.02, rounds=3, confirmed_at=T0, others=dict(others)
+    )
+
+
+def test_a_confirmation_moves_the_schedule_to_the_confirmed_winner(store: ScheduleStore) -> None:
+    keys = {"workload_key": SQUARE.key, "target_key": CPU.target_key}
+    fluke = record(1e-3, config={"MR": 4, "NR": 8})
+    steady = record(1.2e-3, config={"MR": 6, "NR": 16})
+    store.commit_records([fluke, steady])
+    schedule = store.get_schedule(**keys)
+    assert schedule is not None and schedule.record_uid == fluke.uid
+    got = store.confirm_schedule(
+        **keys,
+        template="blis.gemm",
+        candidates={fluke.uid, steady.uid},
+        winner_uid=steady.uid,
+        confirmation=_confirmation(1.19e-3, **{fluke.uid: 1.3e-3}),
+    )
+    assert got is not None and got.record_uid == steady.uid and got.config == steady.config
+    assert got.median_secs == steady.median_secs
+    assert got.confirmation is not None and got.confirmation.median_secs == 1.19e-3
+    assert got.confirmation.others == {fluke.uid: 1.3e-3}
+    assert store.get_schedule(**keys) == got
+    # A faster record later moves the schedule and clears the confirmation.
+    faster = record(0.5e-3, config={"MR": 8, "NR": 8})
+    store.commit_records([faster])
+    moved = store.get_schedule(**keys)
+    assert moved is not None and moved.record_uid == faster.uid and moved.confirmation is None
+
+
+def test_a_confirmation_never_overrides_a_schedule_that_moved_meanwhile(
+    store: ScheduleStore,
+) -> None:
+    keys = {"workload_key": SQUARE.key, "target_key": CPU.target_key}
+    a, b = record(1e-3, config={"MR": 4, "NR": 8}), record(1.1e-3)
+    store.commit_records([a, b])
+    other_job = record(0.5e-3, config={"MR": 8, "NR": 8})
+    store.commit_records([other_job])
+    got = store.confirm_schedule(
+        **keys,
+        template="blis.gemm",
+        candidates={a.uid, b.uid},
+        winner_uid=b.uid,
+        confirmation=_confirmation(1.0e-3),
+    )
+    assert got is not None and got.record_uid == other_job.uid and got.confirmation is None
+    failed = record(None)
+    store.commit_records([failed])
+    got = store.confirm_schedule(
+        **keys,
+        template="blis.gemm",
+        candidates={other_job.uid, failed.uid},
+        winner_uid=failed.uid,
+        confirmation=_confirmation(1.0e-3),
+    )
+    assert got is not None and got.record_uid == other_job.uid  # a failed record never wins
+    assert (
+        store.confirm_schedule(
+            workload_key=TALL.key,
+            target_key=CPU.target_key,
+            template="blis.gemm",
+            candidates={a.uid},
+            winner_uid=a.uid,
+            confirmation=_confirmation(1.0e-3),
+        )
+        is None
+    )
+
+
+# --- targets and workers ---------------------------------------------------------------------
+def _worker(worker_id: str, target: Target, at: datetime) -> Worker:
+    return Worker(
+        worker_id=worker_id,
+        target_key=target.target_key,
+        host="node-1",
+        pid=42,
+        kind="local",
+        device="cpu",
+        started_at=at,
+        heartbeat_at=at,
+        info={"capacity": 3},
+    )
+
+
+def test_workers_register_report_and_leave(store: ScheduleStore) -> None:
+    with pytest.raises(ValueError, match="put_target"):
+        store.register_worker(_worker("w1", CPU, T0))
+    store.put_target(CPU)
+    store.put_target(OTHER_CPU)
+    store.register_worker(_worker("w1", CPU, T0))
+    store.register_worker(_worker("w2", OTHER_CPU, T0 + timedelta(seconds=1)))
+    assert [w.worker_id for w in store.list_workers()] == ["w1", "w2"]
+    assert [w.worker_id for w in store.list_workers(target_key=CPU.target_key)] == ["w1"]
+    later = T0 + timedelta(minutes=5)
+    assert store.heartbeat_worker("w2", at=later) is True
+    assert store.heartbeat_worker("nobody", at=later) is False
+    live = store.list_workers(live_since=T0 + timedelta(minutes=1))
+    assert [w.worker_id for w in live] == ["w2"] and live[0].heartbeat_at == later
+    assert live[0].info == {"capacity": 3} and live[0].started_at == T0 + timedelta(seconds=1)
+    # Registering again refreshes it but keeps when it started.
+    store.register_worker(_worker("w1", CPU, later))
+    again = store.list_workers(target_key=CPU.target_key)
+    assert again[0].started_at == T0 and again[0].heartbeat_at == later
+    store.remove_worker("w1")
+    store.remove_worker("w1")
+    assert [w.worker_id for w in store.list_workers()] == ["w2"]
+    assert {t.target_key for t in store.list_targets()} == {CPU.target_key, OTHER_CPU.target_key}
+
+
+def test_claim_job_only_for_the_given_targets(store: ScheduleStore) -> None:
+    store.put_target(CPU)
+    store.put_target(OTHER_CPU)
+    for_other = store.create_job(JobSpec(workload=SQUARE, target_key=OTHER_CPU.target_key))
+    for_cpu = store.create_job(JobSpec(workload=SQUARE, target_key=CPU.target_key))
+    assert store.claim_job(target_keys=set()) is None
+    got = store.claim_job(target_keys={CPU.target_key})
+    assert got is not None and got.id == for_cpu.id
+    assert store.claim_job(target_keys={CPU.target_key}) is None
+    got = store.claim_job()
+    assert got is not None and got.id == for_other.id
 
 
 def test_times_are_utc_whatever_the_session_time_zone(pg_store: SqlScheduleStore) -> None:

@@ -6,13 +6,14 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 import click
 
-from tunehub.core import Budget, InvalidSpec, Workload, local_cpu_target
-from tunehub.core.job import MAX_SECS, MAX_TRIALS, STRATEGIES
-from tunehub.core.workload import DTYPES, EPILOGUES
+from tunehub.core import Budget, InvalidSpec, Workload
+from tunehub.core.job import MAX_SECS, MAX_TRIALS
+from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -27,11 +28,53 @@ def _fail(message: str) -> None:
     raise click.ClickException(message)
 
 
-def _workload(m: int, n: int, k: int, dtype: str, epilogue: str) -> Workload:
+def _workload(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    epilogue: str,
+    a_layout: str = "row_major",
+    b_layout: str = "row_major",
+    allow_tf32: bool = False,
+) -> Workload:
     try:
-        return Workload(m=m, n=n, k=k, dtype=dtype, epilogue=epilogue)
+        return Workload(
+            m=m,
+            n=n,
+            k=k,
+            dtype=dtype,
+            epilogue=epilogue,
+            a_layout=a_layout,
+            b_layout=b_layout,
+            allow_tf32=allow_tf32,
+        )
     except InvalidSpec as exc:
-        raise click.BadParameter(exc.reason, param_hint=exc.field) from None
+        raise click.BadParameter(
+            exc.reason, param_hint=f"--{exc.field.replace('_', '-')}"
+        ) from None
+
+
+def workload_options(func: Any) -> Any:
+    """The options that describe a workload besides its shape."""
+    options = [
+        click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True),
+        click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True),
+        click.option(
+            "--a-layout", type=click.Choice(LAYOUTS), default="row_major", show_default=True
+        ),
+        click.option(
+            "--b-layout",
+            type=click.Choice(LAYOUTS),
+            default="row_major",
+            show_default=True,
+            help="col_major: B is stored as a row-major N x K matrix (a linear layer's weight).",
+        ),
+        click.option("--allow-tf32", is_flag=True, help="float32: allow TensorFloat-32 products."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
 
 
 def _open_store(url: str, *, init: bool) -> Any:
@@ -92,12 +135,23 @@ def serve(host: str | None, port: int | None, no_runner: bool) -> None:
 @click.argument("m", type=int)
 @click.argument("n", type=int)
 @click.argument("k", type=int)
-@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
-@click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True)
-@click.option("--template", default="blis.gemm", show_default=True)
-@click.option("--strategy", type=click.Choice(STRATEGIES), default="random", show_default=True)
+@workload_options
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="Where to tune: cpu, or cuda:N for this host's GPU N.",
+)
+@click.option("--template", default=None, help="Default: blis.gemm on cpu, triton.gemm on GPUs.")
+@click.option("--strategy", default="random", show_default=True)
 @click.option("--trials", type=click.IntRange(1, MAX_TRIALS), default=32, show_default=True)
-@click.option("--secs", type=click.FloatRange(1, MAX_SECS), default=300.0, show_default=True)
+@click.option(
+    "--secs",
+    type=click.FloatRange(1, MAX_SECS),
+    default=300.0,
+    show_default=True,
+    help="Tuning time budget (the baseline and the final confirmation are not counted).",
+)
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def tune(
@@ -106,38 +160,69 @@ def tune(
     k: int,
     dtype: str,
     epilogue: str,
-    template: str,
+    a_layout: str,
+    b_layout: str,
+    allow_tf32: bool,
+    device: str,
+    template: str | None,
     strategy: str,
     trials: int,
     secs: float,
     seed: int,
     as_json: bool,
 ) -> None:
-    """Tune an MxNxK GEMM on this machine's CPU, without a server.
+    """Tune an MxNxK GEMM on this machine (its CPU, or a GPU), without a server.
 
     Measurements and the best schedule go to the local database, as a job that shows on the
-    dashboard. The winner is compared with OpenBLAS (through numpy) timed the same way with the
-    same thread count, and the output says which is faster.
+    dashboard. The winner is re-timed against the runners-up, then compared with the vendor
+    library (OpenBLAS through numpy on the CPU) timed the same way with the same thread
+    count, and the output says which is faster.
     """
     from tunehub.core import JobSpec, JobState
     from tunehub.core.owner import process_owner
-    from tunehub.kernels.registry import UnknownTemplate, get_template
-    from tunehub.tuner import Progress, baseline_dict, session_for_job
-    from tunehub.tuner.lookup import baseline_for, config_threads
+    from tunehub.core.registry import UnknownName
+    from tunehub.kernels.base import TimingPolicy
+    from tunehub.kernels.registry import get_template
+    from tunehub.tuner import Progress, baseline_dict, baseline_for, session_for_job
+    from tunehub.tuner import strategy_names as known_strategies
+    from tunehub.tuner.lookup import config_threads
     from tunehub.workers.local import LocalMeasurer
 
-    workload = _workload(m, n, k, dtype, epilogue)
-    settings = _settings()
-    settings.home.mkdir(parents=True, exist_ok=True)
-    store = _open_store(settings.resolved_database_url(), init=True)
-    target = local_cpu_target()
+    workload = _workload(m, n, k, dtype, epilogue, a_layout, b_layout, allow_tf32)
+    if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise click.BadParameter("use cpu or cuda:N", param_hint="--device")
+    if strategy not in known_strategies():
+        raise click.BadParameter(
+            f"unknown strategy {strategy!r}; known: {', '.join(known_strategies())}",
+            param_hint="--strategy",
+        )
+    template = template or ("blis.gemm" if device == "cpu" else "triton.gemm")
     try:
         tmpl = get_template(template)
-    except UnknownTemplate as exc:
-        raise click.BadParameter(str(exc.args[0]), param_hint="--template") from None
-    reason = tmpl.supports(workload, target)
-    if reason:
-        raise click.BadParameter(reason, param_hint="--template")
+    except UnknownName as exc:
+        raise click.BadParameter(str(exc), param_hint="--template") from None
+    settings = _settings()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    measurer = LocalMeasurer(
+        device=device,
+        build_dir=settings.build_dir,
+        timing=TimingPolicy(min_secs=settings.min_repeat_secs, max_repeats=settings.max_repeats),
+        timeout_secs=settings.measure_timeout_secs,
+        max_candidate_secs=settings.max_candidate_secs,
+        build_timeout_secs=settings.build_timeout_secs,
+        builders=settings.builders,
+    )
+    try:
+        target = measurer.target
+    except RuntimeError as exc:
+        measurer.close()
+        _fail(str(exc))
+    problem = tmpl.problem(workload, target)
+    if problem is not None:
+        measurer.close()
+        field = problem.field.removeprefix("workload.").replace("_", "-")
+        raise click.BadParameter(problem.reason, param_hint=f"--{field}")
+    store = _open_store(settings.resolved_database_url(), init=True)
     store.put_target(target)
     spec = JobSpec(
         workload=workload,
@@ -151,7 +236,7 @@ def tune(
     click.echo(
         f"job {job.id}: tuning {workload.label} with {tmpl.name} on {target.label}: "
         f"{len(tmpl.space(workload, target))} configs, {strategy}, "
-        f"budget {trials} trials / {secs:.0f}s",
+        f"budget {trials} trials / {secs:.0f}s, {measurer.builders} build process(es)",
         err=True,
     )
 
@@ -159,16 +244,20 @@ def tune(
         # Only from RUNNING: a cancel from the dashboard or the API stands.
         store.set_job_state(job.id, state, error=error, only_from=(JobState.RUNNING,))
 
-    measurer = LocalMeasurer(
-        build_dir=settings.build_dir,
-        timeout_secs=settings.measure_timeout_secs,
-        min_secs=settings.min_repeat_secs,
-        max_repeats=settings.max_repeats,
-    )
+    last_check = [0.0, False]
+
+    def cancelled() -> bool:
+        if not last_check[1] and time.monotonic() - float(last_check[0]) > 0.25:
+            last_check[0] = time.monotonic()
+            last_check[1] = store.get_job(job.id).state is JobState.CANCELLED
+        return bool(last_check[1])
+
     with click.progressbar(length=trials, label="trials", file=sys.stderr) as bar:
+        shown = [0]
 
         def progress(p: Progress) -> None:
-            bar.update(len(p.last))
+            bar.update(p.trials_done - shown[0])
+            shown[0] = p.trials_done
             best = f"{p.best.gflops:.1f} GFLOP/s" if p.best and p.best.gflops else "none ok yet"
             bar.label = f"best {best}"
 
@@ -180,7 +269,7 @@ def tune(
                 target=target,
                 job_id=job.id,
                 on_progress=progress,
-                should_stop=lambda: store.get_job(job.id).state is JobState.CANCELLED,
+                should_stop=cancelled,
             ).run()
         except BaseException as exc:
             finish(JobState.FAILED, f"{type(exc).__name__}: {exc}")
@@ -189,6 +278,9 @@ def tune(
             measurer.close()
     if result.stopped_by == "cancelled":
         _fail(f"job {job.id} was cancelled after {result.trials_done} trials")
+    if result.stopped_by == "worker_error":
+        finish(JobState.FAILED, result.error)
+        _fail(f"job {job.id} failed: {result.error}")
     best = result.best
     if best is None:
         if result.trials_done == 0:
@@ -201,35 +293,54 @@ def tune(
         _fail(f"no candidate measured ok in {result.trials_done} trials; see `tunehub jobs`")
     finish(JobState.SUCCEEDED, "")
     assert best is not None and best.gflops is not None and best.median_secs is not None
+    confirmation = result.confirmation
+    schedule = store.get_schedule(
+        workload_key=workload.key, target_key=target.target_key, template=tmpl.name
+    )
+    winner_config = schedule.config if schedule is not None else best.config
+    winner_secs = (
+        confirmation.median_secs
+        if confirmation is not None
+        else (schedule.median_secs if schedule is not None else best.median_secs)
+    )
     baseline = baseline_for(
-        store, workload_key=workload.key, target_key=target.target_key, config=best.config
+        store, workload=workload, target=target, template=tmpl.name, config=winner_config
     )
     store.close()
-    speedup = baseline.median_secs / best.median_secs if baseline and baseline.median_secs else None
+    speedup = baseline.median_secs / winner_secs if baseline and baseline.median_secs else None
     out = {
         "job": job.id,
         "workload": workload.label,
         "template": tmpl.name,
+        "target": target.label,
         "trials": result.trials_done,
         "stopped_by": result.stopped_by,
-        "config": best.config.to_dict(),
-        "median_secs": best.median_secs,
-        "gflops": best.gflops,
+        "config": winner_config.to_dict(),
+        "median_secs": winner_secs,
+        "gflops": workload.gflops(winner_secs),
+        "confirmed": confirmation is not None,
+        "confirmed_spread": confirmation.spread if confirmation else None,
         "baseline": baseline_dict(baseline),
         "speedup_vs_baseline": speedup,
     }
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
-    knobs = " ".join(f"{k}={v}" for k, v in best.config.items())
+    knobs = " ".join(f"{k}={v}" for k, v in winner_config.items())
+    how = (
+        f"confirmed over {confirmation.rounds} rounds, spread {100 * confirmation.spread:.1f}%"
+        if confirmation
+        else "not confirmed"
+    )
     click.echo(
         f"best after {result.trials_done} trials ({result.stopped_by}): "
-        f"{best.gflops:.2f} GFLOP/s, median {best.median_secs * 1e3:.3f} ms\n  {knobs}"
+        f"{workload.gflops(winner_secs):.2f} GFLOP/s, median {winner_secs * 1e3:.3f} ms "
+        f"({how})\n  {knobs}"
     )
     if baseline is not None and baseline.gflops is not None and speedup is not None:
         verdict = "tunehub is faster" if speedup >= 1 else "the library is faster: use it"
         click.echo(
-            f"vs {baseline.request.template} on {config_threads(best.config)} thread(s): "
+            f"vs {baseline.request.template} on {config_threads(winner_config)} thread(s): "
             f"{baseline.gflops:.2f} GFLOP/s, speedup {speedup:.2f}x ({verdict})"
         )
 
@@ -242,13 +353,23 @@ def _server_url(url: str | None) -> str | None:
 @click.argument("m", type=int)
 @click.argument("n", type=int)
 @click.argument("k", type=int)
-@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
-@click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True)
+@workload_options
 @click.option("--target", default="local-cpu", show_default=True)
 @click.option("--url", default=None, help="Ask this server (or $TUNEHUB_URL) instead of the DB.")
-def lookup(m: int, n: int, k: int, dtype: str, epilogue: str, target: str, url: str | None) -> None:
+def lookup(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    epilogue: str,
+    a_layout: str,
+    b_layout: str,
+    allow_tf32: bool,
+    target: str,
+    url: str | None,
+) -> None:
     """Print the best known schedule for an MxNxK GEMM as JSON (exit 1 if none is known)."""
-    workload = _workload(m, n, k, dtype, epilogue)
+    workload = _workload(m, n, k, dtype, epilogue, a_layout, b_layout, allow_tf32)
     server = _server_url(url)
     if server:
         from tunehub.client import TunehubClient, TunehubError

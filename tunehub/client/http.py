@@ -87,8 +87,19 @@ class TunehubClient:
         )
         return result
 
-    def job_records(self, job_id: int) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", f"/api/v1/jobs/{job_id}/records")["items"]
+    def job_records(self, job_id: int, *, after: int | None = None) -> list[dict[str, Any]]:
+        """The job's records stored after the ``after`` cursor (all by default), every page."""
+        items: list[dict[str, Any]] = []
+        while True:
+            params = {} if after is None else {"after": after}
+            page = self._call("GET", f"/api/v1/jobs/{job_id}/records", params=params)
+            items.extend(page["items"])
+            if not page["items"]:
+                return items
+            after = page["next_after"]
+
+    def list_targets(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/targets")["items"]
         return result
 
     def cancel_job(self, job_id: int) -> dict[str, Any]:
@@ -110,9 +121,10 @@ class TunehubClient:
         self, workload: dict[str, Any], *, target: str = "local-cpu"
     ) -> dict[str, Any] | None:
         """The best known schedule, or None when the service knows nothing for it (404)."""
+        params = {k: str(v).lower() if isinstance(v, bool) else v for k, v in workload.items()}
         try:
             result: dict[str, Any] = self._call(
-                "GET", "/api/v1/schedules/best", params={**workload, "target": target}
+                "GET", "/api/v1/schedules/best", params={**params, "target": target}
             )
         except TunehubError as exc:
             if exc.status_code == 404:

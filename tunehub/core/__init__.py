@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
+from tunehub.core.capabilities import Capabilities, Unsupported
 from tunehub.core.config import Config, KnobValue
 from tunehub.core.errors import InvalidSpec
-from tunehub.core.job import STRATEGIES as core_strategies
 from tunehub.core.job import Budget, Job, JobSpec, JobState
 from tunehub.core.keys import canonical_json, sha256_key
 from tunehub.core.records import (
+    RECORD_FORMAT,
+    VERDICTS,
     MeasureRecord,
     MeasureRequest,
     MeasureResult,
     MeasureStatus,
+    record_from_json,
+    record_to_json,
     utc_now,
 )
-from tunehub.core.schedule import Schedule
+from tunehub.core.schedule import Confirmation, Schedule
 from tunehub.core.target import LOCAL_CPU, Target, local_cpu_target
+from tunehub.core.worker import Worker
 from tunehub.core.workload import Workload
 
 __all__ = [
     "LOCAL_CPU",
+    "RECORD_FORMAT",
+    "VERDICTS",
     "Budget",
+    "Capabilities",
     "Config",
+    "Confirmation",
     "InvalidSpec",
     "Job",
     "JobSpec",
@@ -33,10 +42,13 @@ __all__ = [
     "MeasureStatus",
     "Schedule",
     "Target",
+    "Unsupported",
+    "Worker",
     "Workload",
     "canonical_json",
-    "core_strategies",
     "local_cpu_target",
+    "record_from_json",
+    "record_to_json",
     "sha256_key",
     "utc_now",
 ]

@@ -17,9 +17,14 @@ KnobValue = int | str | bool
 class Config(Mapping[str, KnobValue]):
     """An immutable knob -> value mapping; knob names are spelled as the kernel spells them.
 
+    Equality and the key tell ``True`` from ``1`` (Python's ``True == 1`` would not), so two
+    configs are equal exactly when their keys are.
+
     >>> c = Config({"MR": 6, "NR": 16})
     >>> c["MR"], c == Config({"NR": 16, "MR": 6})
     (6, True)
+    >>> Config({"PACKB": True}) == Config({"PACKB": 1})
+    False
     """
 
     data: Mapping[str, KnobValue] = field(default_factory=dict)
@@ -43,12 +48,16 @@ class Config(Mapping[str, KnobValue]):
         return len(self.data)
 
     def __hash__(self) -> int:
-        return hash(canonical_json(self.data))
+        return hash(self._canonical)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Config):
-            return self.data == other.data
+            return self._canonical == other._canonical
         return NotImplemented
+
+    @cached_property
+    def _canonical(self) -> str:
+        return canonical_json(self.data)
 
     def __repr__(self) -> str:
         return f"Config({dict(self.data)!r})"
@@ -56,6 +65,11 @@ class Config(Mapping[str, KnobValue]):
     @cached_property
     def key(self) -> str:
         return sha256_key(dict(self.data))
+
+    def typed_get(self, name: str, default: int) -> int:
+        """An integer knob (not a bool), or ``default`` when absent or of another type."""
+        value = self.data.get(name, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.data)

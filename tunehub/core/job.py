@@ -10,9 +10,10 @@ from typing import Any
 from tunehub.core.errors import InvalidSpec
 from tunehub.core.workload import Workload
 
-STRATEGIES = ("random", "exhaustive")
 MAX_TRIALS = 100_000
 MAX_SECS = 7 * 24 * 3600.0
+# Longest template and strategy names (the database's columns).
+NAME_LENGTHS = {"template": 64, "strategy": 32}
 
 
 class JobState(enum.StrEnum):
@@ -39,6 +40,8 @@ class Budget:
             raise InvalidSpec("budget.max_trials", "must be an integer")
         if not 1 <= self.max_trials <= MAX_TRIALS:
             raise InvalidSpec("budget.max_trials", f"must be in 1..{MAX_TRIALS}")
+        if isinstance(self.max_secs, bool) or not isinstance(self.max_secs, (int, float)):
+            raise InvalidSpec("budget.max_secs", "must be a number")
         if not 0 < self.max_secs <= MAX_SECS:
             raise InvalidSpec("budget.max_secs", f"must be in (0, {MAX_SECS:.0f}]")
 
@@ -48,7 +51,11 @@ class Budget:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What was asked: tune ``template`` for ``workload`` on the target with ``target_key``."""
+    """What was asked: tune ``template`` for ``workload`` on the target with ``target_key``.
+
+    Template and strategy names are checked against their registries where a job is made (the
+    API, the CLI); here only their form is.
+    """
 
     workload: Workload
     target_key: str
@@ -58,10 +65,10 @@ class JobSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise InvalidSpec(
-                "strategy", f"unknown strategy {self.strategy!r}; known: {', '.join(STRATEGIES)}"
-            )
+        for name, limit in NAME_LENGTHS.items():
+            value = getattr(self, name)
+            if not isinstance(value, str) or not 0 < len(value) <= limit:
+                raise InvalidSpec(name, f"must be a name of 1..{limit} characters")
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,9 @@ class Job:
     best_record_uid: str | None = None
     best_median_secs: float | None = None
     owner: str = ""  # the process running it (see tunehub.core.owner); "" unless RUNNING
+    # Wall time spent tuning (measuring candidates) over every run of the job; baselines and
+    # the final confirmation are timed apart. ``budget.max_secs`` is checked against it.
+    tuning_secs: float = 0.0
 
     @property
     def best_gflops(self) -> float | None:

@@ -15,7 +15,12 @@ from tunehub.core.workload import Workload
 
 
 class MeasureStatus(enum.StrEnum):
-    """How a measurement ended. Only ``OK`` carries times."""
+    """How a measurement ended. Only ``OK`` carries times.
+
+    The first six are verdicts on the config. The last two say the machine, not the config,
+    ended the measurement: they are stored (a job's history shows them) but never count as a
+    trial, never mark the config as measured, and never enter a model or a schedule.
+    """
 
     OK = "ok"
     INVALID = "invalid"  # the config breaks the space's constraints
@@ -23,6 +28,16 @@ class MeasureStatus(enum.StrEnum):
     RUNTIME_ERROR = "runtime_error"  # crashed (signal, exception) while running
     WRONG_ANSWER = "wrong_answer"  # output differs from the reference
     TIMEOUT = "timeout"  # did not finish within the measurer's limit
+    CANCELLED = "cancelled"  # cut short by a cancel or a shutdown
+    WORKER_ERROR = "worker_error"  # the sandbox could not start, or the worker was lost
+
+    @property
+    def verdict(self) -> bool:
+        """Whether this status judges the config (rather than the machine)."""
+        return self not in (MeasureStatus.CANCELLED, MeasureStatus.WORKER_ERROR)
+
+
+VERDICTS = tuple(s for s in MeasureStatus if s.verdict)
 
 
 def utc_now() -> datetime:
@@ -78,6 +93,8 @@ class MeasureRecord:
     job_id: int | None = None
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
     created_at: datetime = field(default_factory=utc_now)
+    # The store's sequence number (increasing in commit order); None until stored.
+    seq: int | None = field(default=None, compare=False)
 
     @property
     def status(self) -> MeasureStatus:
@@ -95,3 +112,73 @@ class MeasureRecord:
     @property
     def config(self) -> Config:
         return self.request.config
+
+    @property
+    def verdict(self) -> bool:
+        """Whether this record judges its config (see MeasureStatus.verdict)."""
+        return self.result.status.verdict
+
+
+RECORD_FORMAT = "tunehub.record/1"
+
+
+def record_to_json(record: MeasureRecord) -> dict[str, Any]:
+    """One self-describing JSON object per measurement (``RECORD_FORMAT``), for files and
+    replay datasets: every field by name, the workload and target in full.
+
+    >>> from tunehub.core.target import Target
+    >>> from tunehub.core.workload import Workload
+    >>> req = MeasureRequest(Workload(m=8, n=8, k=8), Target("cpu", "x", (), 1), "t", 1,
+    ...                      Config({"MR": 4}))
+    >>> rec = MeasureRecord(req, MeasureResult(MeasureStatus.OK, repeat_secs=(1e-6,)))
+    >>> record_from_json(record_to_json(rec)) == rec
+    True
+    """
+    request, result = record.request, record.result
+    return {
+        "format": RECORD_FORMAT,
+        "uid": record.uid,
+        "job_id": record.job_id,
+        "created_at": record.created_at.isoformat(),
+        "workload": request.workload.to_dict(),
+        "target": request.target.to_dict(),
+        "template": request.template,
+        "template_version": request.template_version,
+        "config": request.config.to_dict(),
+        "status": result.status.value,
+        "repeat_secs": list(result.repeat_secs),
+        "error": result.error,
+        "compile_secs": result.compile_secs,
+        "verify_secs": result.verify_secs,
+        "run_secs": result.run_secs,
+        "environment": result.environment,
+    }
+
+
+def record_from_json(data: dict[str, Any]) -> MeasureRecord:
+    """The inverse of ``record_to_json``; ValueError for another format."""
+    if data.get("format") != RECORD_FORMAT:
+        raise ValueError(f"not a {RECORD_FORMAT} record: format {data.get('format')!r}")
+    request = MeasureRequest(
+        workload=Workload.from_dict(data["workload"]),
+        target=Target.from_dict(data["target"]),
+        template=data["template"],
+        template_version=int(data["template_version"]),
+        config=Config(data["config"]),
+    )
+    result = MeasureResult(
+        status=MeasureStatus(data["status"]),
+        repeat_secs=tuple(float(s) for s in data.get("repeat_secs", ())),
+        error=data.get("error", ""),
+        compile_secs=float(data.get("compile_secs", 0.0)),
+        verify_secs=float(data.get("verify_secs", 0.0)),
+        run_secs=float(data.get("run_secs", 0.0)),
+        environment=dict(data.get("environment", {})),
+    )
+    return MeasureRecord(
+        request=request,
+        result=result,
+        job_id=data.get("job_id"),
+        uid=data["uid"],
+        created_at=datetime.fromisoformat(data["created_at"]),
+    )

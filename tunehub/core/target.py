@@ -22,27 +22,48 @@ ISA_FLAGS = (
 )  # fmt: skip
 
 
+KINDS = ("cpu", "cuda")
+
+
 @dataclass(frozen=True)
 class Target:
-    """A device fingerprint.
+    """A device fingerprint, taken by the worker that measures on it.
 
-    ``target_key`` covers every field (exact: same device, same toolchain);
-    ``family_key`` covers kind, device name and arch only, so a schedule tuned under another
-    compiler version on the same kind of chip is still found as a family match.
+    One type for CPUs and GPUs. ``cores`` is the CPU's usable cores or the GPU's SM count;
+    ``l1d_bytes``/``l2_bytes``/``l3_bytes`` its caches (per core for a CPU's L1 and L2);
+    ``memory_bytes`` its memory; ``properties`` what else a template's space depends on (a GPU's
+    shared memory per block, registers per SM, clocks); ``toolchain`` every compiler, driver
+    and library version that can change a result (cc; driver, CUDA, torch, Triton).
+
+    ``target_key`` covers every field (exact: same device, same toolchain); ``family_key``
+    covers kind, device name and arch only, so a schedule tuned under another compiler version
+    on the same kind of chip is still found as a family match. Fields at their defaults are
+    left out of ``to_dict`` (and so of the key): a CPU fingerprint taken before ``vendor``,
+    ``memory_bytes`` and ``properties`` existed keeps its key.
+
+    >>> gpu = Target(kind="cuda", name="NVIDIA H100 80GB HBM3", arch=("sm_90",), cores=132,
+    ...              vendor="nvidia", properties={"smem_per_block_bytes": 232448})
+    >>> gpu.label
+    'cuda NVIDIA H100 80GB HBM3 x132 [sm_90]'
+    >>> Target.from_dict(gpu.to_dict()) == gpu
+    True
     """
 
     kind: str  # "cpu" | "cuda"
     name: str  # CPU model name or GPU name
     arch: tuple[str, ...]  # ISA flags (cpu) or ("sm_90",) (cuda)
-    cores: int
+    cores: int  # usable CPU cores, or streaming multiprocessors
     l1d_bytes: int = 0
     l2_bytes: int = 0
     l3_bytes: int = 0
     machine: str = ""  # platform.machine(): x86_64, aarch64
     toolchain: dict[str, str] = field(default_factory=dict)  # e.g. {"cc": "gcc 12.2.0"}
+    vendor: str = ""
+    memory_bytes: int = 0
+    properties: dict[str, int | str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "kind": self.kind,
             "name": self.name,
             "arch": list(self.arch),
@@ -53,6 +74,13 @@ class Target:
             "machine": self.machine,
             "toolchain": dict(sorted(self.toolchain.items())),
         }
+        if self.vendor:
+            data["vendor"] = self.vendor
+        if self.memory_bytes:
+            data["memory_bytes"] = self.memory_bytes
+        if self.properties:
+            data["properties"] = dict(sorted(self.properties.items()))
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Target:
@@ -66,7 +94,20 @@ class Target:
             l3_bytes=int(data.get("l3_bytes", 0)),
             machine=data.get("machine", ""),
             toolchain=dict(data.get("toolchain", {})),
+            vendor=data.get("vendor", ""),
+            memory_bytes=int(data.get("memory_bytes", 0)),
+            properties=dict(data.get("properties", {})),
         )
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Target):
+            return self.target_key == other.target_key
+        return NotImplemented
+
+    def prop(self, name: str, default: int = 0) -> int:
+        """An integer property (``properties[name]``), or ``default``."""
+        value = self.properties.get(name, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
 
     def __hash__(self) -> int:
         return hash(self.target_key)
@@ -83,6 +124,11 @@ class Target:
     def label(self) -> str:
         """Readable form, e.g. ``cpu AMD EPYC x2 [avx2 avx512f fma]``."""
         return f"{self.kind} {self.name} x{self.cores} [{' '.join(self.arch)}]"
+
+    @property
+    def short_label(self) -> str:
+        """Label and key prefix, for messages: ``cpu AMD EPYC x2 [...] (3f2a9c1b0d4e)``."""
+        return f"{self.label} ({self.target_key[:12]})"
 
     def has(self, flag: str) -> bool:
         return flag in self.arch

@@ -1,4 +1,4 @@
-"""Workload: what to compute (op, shape, dtype, layout, epilogue) and its canonical key."""
+"""Workload: what to compute (op, shape, dtype, operand layouts, epilogue) and its canonical key."""
 
 from __future__ import annotations
 
@@ -10,28 +10,38 @@ from tunehub.core.errors import InvalidSpec
 from tunehub.core.keys import sha256_key
 
 OPS = ("matmul",)
-DTYPES = ("float32", "float64")
-LAYOUTS = ("row_major",)
-EPILOGUES = ("none", "bias", "bias_relu")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3")
+LAYOUTS = ("row_major", "col_major")
+EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu")
 # Largest single dimension accepted; beyond this a dense GEMM does not fit any worker we run.
 MAX_DIM = 1 << 16
 # Largest m*n*k accepted (about 2**45 multiply-adds, hours of CPU time).
 MAX_VOLUME = 1 << 45
 
-DTYPE_BYTES = {"float32": 4, "float64": 8}
+# Bytes per element of A and B.
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "float8_e4m3": 1}
+# C's element type: the inputs' own, except float8 products, which are written as float16.
+OUTPUT_DTYPE = {"float8_e4m3": "float16"}
 # Largest A + B + C accepted: a worker holds them, a NaN-poisoned C and a float64 reference.
 MAX_OPERAND_BYTES = 4 << 30
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A GEMM ``C[m, n] = A[m, k] @ B[k, n]`` (+ epilogue), row-major.
+    """A GEMM ``C[m, n] = epilogue(A[m, k] @ B[k, n] + bias[n])``.
+
+    A and B are each stored row- or column-major (``a_layout``, ``b_layout``; a column-major B
+    is a row-major N x K matrix, as a linear layer's weight is); C is row-major. ``allow_tf32``
+    lets a float32 product use TensorFloat-32 arithmetic (10-bit mantissas) where the device
+    has it; it is a property of what is asked, so results with and without it never mix.
 
     >>> w = Workload(m=256, n=256, k=256)
     >>> w.label
     'matmul 256x256x256 float32'
-    >>> len(w.key)
-    64
+    >>> w.key  # fields at their defaults keep the key the first key format gave
+    'eb28581344c06c7dca7206815aeff1f567140b9b6bcba9756ddc1960b49eea11'
+    >>> Workload(m=16, n=4096, k=4096, dtype="float16", b_layout="col_major").label
+    'matmul 16x4096x4096 float16 B:col'
     """
 
     m: int
@@ -39,8 +49,10 @@ class Workload:
     k: int
     dtype: str = "float32"
     op: str = "matmul"
-    layout: str = "row_major"
+    a_layout: str = "row_major"
+    b_layout: str = "row_major"
     epilogue: str = "none"
+    allow_tf32: bool = False
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -57,9 +69,7 @@ class Workload:
             raise InvalidSpec("k", f"m*n*k = {self.m * self.n * self.k} exceeds {MAX_VOLUME}")
         if self.dtype not in DTYPES:
             raise InvalidSpec("dtype", f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
-        operand_bytes = (self.m * self.k + self.k * self.n + self.m * self.n) * DTYPE_BYTES[
-            self.dtype
-        ]
+        operand_bytes = self.operand_bytes
         if operand_bytes > MAX_OPERAND_BYTES:
             largest = max(("m", "n", "k"), key=lambda name: int(getattr(self, name)))
             raise InvalidSpec(
@@ -67,14 +77,34 @@ class Workload:
                 f"A, B and C take {operand_bytes / 2**30:.1f} GiB; at most "
                 f"{MAX_OPERAND_BYTES / 2**30:.0f} GiB are accepted",
             )
-        if self.layout not in LAYOUTS:
-            raise InvalidSpec(
-                "layout", f"unknown layout {self.layout!r}; known: {', '.join(LAYOUTS)}"
-            )
+        for name in ("a_layout", "b_layout"):
+            if getattr(self, name) not in LAYOUTS:
+                raise InvalidSpec(
+                    name, f"unknown layout {getattr(self, name)!r}; known: {', '.join(LAYOUTS)}"
+                )
         if self.epilogue not in EPILOGUES:
             raise InvalidSpec(
                 "epilogue", f"unknown epilogue {self.epilogue!r}; known: {', '.join(EPILOGUES)}"
             )
+        if not isinstance(self.allow_tf32, bool):
+            raise InvalidSpec("allow_tf32", f"must be true or false, got {self.allow_tf32!r}")
+        if self.allow_tf32 and self.dtype != "float32":
+            raise InvalidSpec("allow_tf32", f"applies to float32 only, not {self.dtype}")
+
+    @property
+    def output_dtype(self) -> str:
+        """C's element type."""
+        return OUTPUT_DTYPE.get(self.dtype, self.dtype)
+
+    @property
+    def operand_bytes(self) -> int:
+        """Bytes of A, B and C together."""
+        inputs = (self.m * self.k + self.k * self.n) * DTYPE_BYTES[self.dtype]
+        return inputs + self.m * self.n * DTYPE_BYTES[self.output_dtype]
+
+    @property
+    def has_bias(self) -> bool:
+        return self.epilogue != "none"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,33 +113,66 @@ class Workload:
             "n": self.n,
             "k": self.k,
             "dtype": self.dtype,
-            "layout": self.layout,
+            "a_layout": self.a_layout,
+            "b_layout": self.b_layout,
             "epilogue": self.epilogue,
+            "allow_tf32": self.allow_tf32,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Workload:
+        """The inverse of ``to_dict``; also reads the first format's single ``layout`` field."""
+        legacy = data.get("layout")
+        if legacy not in (None, "row_major"):
+            raise InvalidSpec("layout", f"unknown layout {legacy!r}")
         return cls(
             op=data.get("op", "matmul"),
             m=data["m"],
             n=data["n"],
             k=data["k"],
             dtype=data.get("dtype", "float32"),
-            layout=data.get("layout", "row_major"),
+            a_layout=data.get("a_layout", "row_major"),
+            b_layout=data.get("b_layout", "row_major"),
             epilogue=data.get("epilogue", "none"),
+            allow_tf32=data.get("allow_tf32", False),
         )
+
+    def key_dict(self) -> dict[str, Any]:
+        """What the key hashes. The first format had one ``layout`` field (always
+        ``row_major``); fields added since appear only when they differ from their defaults,
+        so every workload of that format keeps its key (and its stored schedules)."""
+        data: dict[str, Any] = {
+            "op": self.op,
+            "m": self.m,
+            "n": self.n,
+            "k": self.k,
+            "dtype": self.dtype,
+            "layout": "row_major",
+            "epilogue": self.epilogue,
+        }
+        if self.a_layout != "row_major":
+            data["a_layout"] = self.a_layout
+        if self.b_layout != "row_major":
+            data["b_layout"] = self.b_layout
+        if self.allow_tf32:
+            data["allow_tf32"] = True
+        return data
 
     @cached_property
     def key(self) -> str:
-        """sha256 of the canonical JSON of every field."""
-        return sha256_key(self.to_dict())
+        """sha256 of the canonical JSON of ``key_dict()``."""
+        return sha256_key(self.key_dict())
 
     @property
     def label(self) -> str:
-        """Readable form, e.g. ``matmul 256x256x256 float32 +bias_relu``."""
+        """Readable form, e.g. ``matmul 256x256x256 float32 A:col +bias_relu``."""
         text = f"{self.op} {self.m}x{self.n}x{self.k} {self.dtype}"
-        if self.layout != "row_major":
-            text += f" {self.layout}"
+        if self.allow_tf32:
+            text += " tf32"
+        if self.a_layout != "row_major":
+            text += " A:col"
+        if self.b_layout != "row_major":
+            text += " B:col"
         if self.epilogue != "none":
             text += f" +{self.epilogue}"
         return text
@@ -121,3 +184,7 @@ class Workload:
 
     def gflops(self, secs: float) -> float:
         return self.flops / secs / 1e9
+
+    def with_shape(self, m: int, n: int, k: int) -> Workload:
+        """The same workload at another shape."""
+        return Workload.from_dict({**self.to_dict(), "m": m, "n": n, "k": k})

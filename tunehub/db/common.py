@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from tunehub.core import JobSpec, JobState, MeasureRecord, MeasureStatus, Schedule, Target
+from tunehub.core import (
+    Confirmation,
+    JobSpec,
+    JobState,
+    MeasureRecord,
+    MeasureStatus,
+    Schedule,
+    Target,
+    Worker,
+)
 
 KEY_LENGTH = 64  # sha256 hex: workload, target, family and config keys
 UID_LENGTH = 32  # uuid4 hex: record uids
@@ -135,20 +145,72 @@ def schedule_of(record: MeasureRecord, updated_at: datetime) -> Schedule:
     )
 
 
-def baseline_threads(record: MeasureRecord) -> int:
-    """The thread count a baseline record was measured with (its ``threads`` knob, else 1)."""
-    threads = record.config.get("threads", 1)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(
-            f"config.threads: a baseline needs a positive thread count, got {threads!r}"
-        )
-    return threads
-
-
 def check_baseline(record: MeasureRecord) -> None:
     if record.job_id is not None:
         raise ValueError("a baseline record belongs to no job (job_id must be None)")
-    baseline_threads(record)
+
+
+WORKER_FIELD_LENGTHS = {"worker_id": 64, "host": 255, "kind": 16, "device": 32}
+
+
+def check_worker(worker: Worker) -> None:
+    """Refuse a worker whose fields do not fit the database's columns."""
+    for name, limit in WORKER_FIELD_LENGTHS.items():
+        value = getattr(worker, name)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"worker.{name}: must be a non-empty string")
+        _check_length(f"worker.{name}", value, limit)
+    for name in ("started_at", "heartbeat_at"):
+        when = getattr(worker, name)
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ValueError(f"worker.{name}: naive datetime; use aware UTC")
+    try:
+        json.dumps(worker.info, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"worker.info: not JSON: {exc}") from None
+
+
+def trials_of(records: Iterable[MeasureRecord]) -> dict[int, int]:
+    """Verdicts per job: what each record adds to its job's trials_done."""
+    counts: dict[int, int] = {}
+    for record in records:
+        if record.job_id is not None and record.verdict:
+            counts[record.job_id] = counts.get(record.job_id, 0) + 1
+    return counts
+
+
+def check_tuning_secs(tuning_secs: Mapping[int, float] | None) -> dict[int, float]:
+    """Validated seconds of tuning time per job id."""
+    out: dict[int, float] = {}
+    for job_id, secs in (tuning_secs or {}).items():
+        if not (isinstance(secs, (int, float)) and 0 <= secs < float("inf")):
+            raise ValueError(f"tuning_secs: job {job_id} needs a finite number >= 0, got {secs}")
+        if secs:
+            out[int(job_id)] = float(secs)
+    return out
+
+
+def confirmed_schedule(
+    current: Schedule | None,
+    winner: MeasureRecord | None,
+    candidates: Collection[str],
+    confirmation: Confirmation,
+    now: datetime,
+) -> Schedule | None:
+    """The Schedule after a confirmation, or None to leave ``current`` as it is (see
+    ``ScheduleStore.confirm_schedule``)."""
+    if current is None or winner is None:
+        return None
+    if current.record_uid not in candidates or winner.uid not in candidates:
+        return None
+    if (
+        winner.status is not MeasureStatus.OK
+        or schedule_key(winner) != (current.workload_key, current.target_key, current.template)
+        or winner.request.template_version != current.template_version
+    ):
+        return None
+    updated_at = current.updated_at if winner.uid == current.record_uid else now
+    return dataclasses.replace(schedule_of(winner, updated_at), confirmation=confirmation)
 
 
 def replaces(version: int, median_secs: float, current: Schedule) -> bool:

@@ -115,6 +115,31 @@ def _configure_sqlite(engine: Engine, *, memory: bool) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+@contextmanager
+def migrating(connection: Connection) -> Iterator[Connection]:
+    """``connection`` ready for a schema migration, in one transaction.
+
+    SQLite rebuilds a table to alter it (Alembic's batch mode), which drops tables that others
+    reference: foreign keys are switched off for the migration (it cannot be done inside a
+    transaction), checked once it is done, and switched back on.
+    """
+    if connection.dialect.name != "sqlite":
+        with connection.begin():
+            yield connection
+        return
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    raw.execute("PRAGMA foreign_keys=OFF")
+    try:
+        with connection.begin():
+            yield connection
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"the migration broke foreign keys: {broken[:5]}")
+    finally:
+        raw.execute("PRAGMA foreign_keys=ON")
+
+
 def write_engine(engine: Engine) -> Engine:
     """``engine`` (same pool) for read-then-write transactions.
 

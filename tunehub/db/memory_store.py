@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Callable, Sequence
-from datetime import UTC
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from tunehub.core import (
+    Config,
+    Confirmation,
     Job,
     JobSpec,
     JobState,
@@ -17,21 +19,25 @@ from tunehub.core import (
     MeasureStatus,
     Schedule,
     Target,
+    Worker,
     Workload,
     utc_now,
 )
 from tunehub.db.common import (
-    baseline_threads,
     check_baseline,
     check_page,
     check_records,
     check_spec,
     check_target,
+    check_tuning_secs,
+    check_worker,
+    confirmed_schedule,
     fastest_ok,
     job_times,
     replaces,
     schedule_key,
     schedule_of,
+    trials_of,
     unknown_target,
 )
 from tunehub.db.store import JobNotFound, ScheduleStore
@@ -57,12 +63,13 @@ class MemoryScheduleStore(ScheduleStore):
         self._workloads: dict[str, Workload] = {}
         self._jobs: dict[int, Job] = {}
         self._next_job_id = 1
-        # uid -> (insertion number, record): the number breaks created_at ties like a row id
-        # does: earlier commits first, by uid within one commit.
-        self._records: dict[str, tuple[int, MeasureRecord]] = {}
+        # uid -> record, with its seq (1, 2, ... in commit order, by uid within one commit,
+        # as SqlScheduleStore's row ids are).
+        self._records: dict[str, MeasureRecord] = {}
         self._schedules: dict[tuple[str, str, str], Schedule] = {}
-        # (workload_key, target_key, template, threads) -> uid of the latest ok record
-        self._baselines: dict[tuple[str, str, str, int], str] = {}
+        # (workload_key, target_key, template, config_key) -> uid of the latest ok record
+        self._baselines: dict[tuple[str, str, str, str], str] = {}
+        self._workers: dict[str, Worker] = {}
 
     # --- targets and workloads -------------------------------------------------------------
     def put_target(self, target: Target) -> None:
@@ -75,6 +82,11 @@ class MemoryScheduleStore(ScheduleStore):
             target = self._targets.get(target_key)
         return None if target is None else _copy_target(target)
 
+    def list_targets(self) -> list[Target]:
+        with self._lock:
+            targets = [_copy_target(t) for t in self._targets.values()]
+        return sorted(targets, key=lambda t: (t.kind, t.name, t.target_key))
+
     def put_workload(self, workload: Workload) -> None:
         with self._lock:
             self._workloads.setdefault(workload.key, workload)
@@ -82,6 +94,42 @@ class MemoryScheduleStore(ScheduleStore):
     def get_workload(self, workload_key: str) -> Workload | None:
         with self._lock:
             return self._workloads.get(workload_key)
+
+    # --- workers ---------------------------------------------------------------------------
+    def register_worker(self, worker: Worker) -> None:
+        check_worker(worker)
+        with self._lock:
+            if worker.target_key not in self._targets:
+                raise unknown_target(worker.target_key)
+            known = self._workers.get(worker.worker_id)
+            started = known.started_at if known else worker.started_at
+            self._workers[worker.worker_id] = dataclasses.replace(
+                worker, started_at=started, info=_json_copy(worker.info)
+            )
+
+    def heartbeat_worker(self, worker_id: str, *, at: datetime | None = None) -> bool:
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                return False
+            self._workers[worker_id] = dataclasses.replace(worker, heartbeat_at=at or utc_now())
+            return True
+
+    def remove_worker(self, worker_id: str) -> None:
+        with self._lock:
+            self._workers.pop(worker_id, None)
+
+    def list_workers(
+        self, *, target_key: str | None = None, live_since: datetime | None = None
+    ) -> list[Worker]:
+        with self._lock:
+            found = [
+                w
+                for w in self._workers.values()
+                if (target_key is None or w.target_key == target_key)
+                and (live_since is None or w.heartbeat_at >= live_since)
+            ]
+        return sorted(found, key=lambda w: (w.started_at, w.worker_id))
 
     # --- jobs ------------------------------------------------------------------------------
     def create_job(self, spec: JobSpec, *, claimed: bool = False, owner: str = "") -> Job:
@@ -122,9 +170,16 @@ class MemoryScheduleStore(ScheduleStore):
         with self._lock:
             return len(self._select_jobs(states))
 
-    def claim_job(self, *, owner: str = "") -> Job | None:
+    def claim_job(
+        self, *, owner: str = "", target_keys: Collection[str] | None = None
+    ) -> Job | None:
         with self._lock:
-            queued = [job for job in self._jobs.values() if job.state is JobState.QUEUED]
+            queued = [
+                job
+                for job in self._jobs.values()
+                if job.state is JobState.QUEUED
+                and (target_keys is None or job.spec.target_key in target_keys)
+            ]
             if not queued:
                 return None
             oldest = min(queued, key=lambda job: job.id)
@@ -160,31 +215,53 @@ class MemoryScheduleStore(ScheduleStore):
             return moved
 
     # --- records and schedules -------------------------------------------------------------
-    def commit_records(self, records: Sequence[MeasureRecord]) -> int:
+    def commit_records(
+        self,
+        records: Sequence[MeasureRecord],
+        *,
+        tuning_secs: Mapping[int, float] | None = None,
+    ) -> int:
         """Store records and update job progress, job bests and Schedules in one step.
 
         Every record's job_id must name a stored job, else JobNotFound and nothing is stored.
         """
         batch = check_records(records)
+        secs = check_tuning_secs(tuning_secs)
         with self._lock:
-            for job_id in sorted({r.job_id for r in batch if r.job_id is not None}):
+            for job_id in sorted({r.job_id for r in batch if r.job_id is not None} | set(secs)):
                 if job_id not in self._jobs:
                     raise JobNotFound(job_id)
-            new = [_copy_record(r) for r in batch if r.uid not in self._records]
-            # By uid, as SqlScheduleStore inserts them: the order breaks created_at ties.
-            for record in sorted(new, key=lambda r: r.uid):
-                self._put_target(record.request.target)
-                self._workloads.setdefault(record.request.workload.key, record.request.workload)
-                self._records[record.uid] = (len(self._records), record)
-            self._update_jobs(new)
+            new = []
+            # By uid, as SqlScheduleStore inserts them.
+            for record in sorted(batch, key=lambda r: r.uid):
+                if record.uid in self._records:
+                    continue
+                record = self._store_record(record)
+                new.append(record)
+            self._update_jobs(new, secs)
             self._update_schedules(new)
         return len(new)
 
-    def job_records(self, job_id: int) -> list[MeasureRecord]:
-        """All records of a job, oldest first; raises JobNotFound."""
+    def job_records(
+        self, job_id: int, *, after: int | None = None, limit: int | None = None
+    ) -> list[MeasureRecord]:
+        """A job's records in commit order; raises JobNotFound."""
+        check_page(limit or 0, 0)
         with self._lock:
             self._job(job_id)
-            return self._select_records(lambda r: r.job_id == job_id)
+            found = self._select_records(
+                lambda r: r.job_id == job_id and (after is None or (r.seq or 0) > after)
+            )
+        return found if limit is None else found[:limit]
+
+    def count_job_records(self, job_id: int, *, through: int | None = None) -> int:
+        with self._lock:
+            self._job(job_id)
+            return sum(
+                1
+                for r in self._records.values()
+                if r.job_id == job_id and (through is None or (r.seq or 0) <= through)
+            )
 
     def records_for(
         self, *, workload_key: str, target_key: str, template: str | None = None
@@ -199,6 +276,26 @@ class MemoryScheduleStore(ScheduleStore):
 
         with self._lock:
             return self._select_records(wanted)
+
+    def family_records(
+        self,
+        *,
+        family_key: str,
+        template: str,
+        template_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[MeasureRecord]:
+        def wanted(record: MeasureRecord) -> bool:
+            request = record.request
+            return (
+                request.target.family_key == family_key
+                and request.template == template
+                and template_version in (None, request.template_version)
+            )
+
+        with self._lock:
+            found = self._select_records(wanted)
+        return found if limit is None else found[max(0, len(found) - limit) :]
 
     def get_schedule(
         self, *, workload_key: str, target_key: str, template: str | None = None
@@ -236,7 +333,31 @@ class MemoryScheduleStore(ScheduleStore):
         found.sort(key=lambda s: (s.workload_key, s.template))
         return found
 
-    # --- helpers (called with the lock held) -----------------------------------------------
+    def confirm_schedule(
+        self,
+        *,
+        workload_key: str,
+        target_key: str,
+        template: str,
+        candidates: Collection[str],
+        winner_uid: str,
+        confirmation: Confirmation,
+    ) -> Schedule | None:
+        key = (workload_key, target_key, template)
+        with self._lock:
+            current = self._schedules.get(key)
+            moved = confirmed_schedule(
+                current,
+                self._records.get(winner_uid),
+                candidates,
+                _json_copy_confirmation(confirmation),
+                utc_now(),
+            )
+            if moved is not None:
+                self._schedules[key] = moved
+                return moved
+            return current
+
     # --- baselines -------------------------------------------------------------------------
     def commit_baseline(self, record: MeasureRecord) -> bool:
         check_baseline(record)
@@ -244,33 +365,42 @@ class MemoryScheduleStore(ScheduleStore):
         with self._lock:
             if record.uid in self._records:
                 return False
-            record = _copy_record(record)
-            self._put_target(record.request.target)
-            self._workloads.setdefault(record.request.workload.key, record.request.workload)
-            self._records[record.uid] = (len(self._records), record)
+            record = self._store_record(record)
             if record.status is MeasureStatus.OK:
                 request = record.request
                 key = (
                     request.workload.key,
                     request.target.target_key,
                     request.template,
-                    baseline_threads(record),
+                    request.config.key,
                 )
                 self._baselines[key] = record.uid
             return True
 
     def get_baseline(
-        self, *, workload_key: str, target_key: str, threads: int, template: str | None = None
+        self, *, workload_key: str, target_key: str, template: str, config: Config
     ) -> MeasureRecord | None:
         with self._lock:
+            uid = self._baselines.get((workload_key, target_key, template, config.key))
+            return None if uid is None else _copy_record(self._records[uid])
+
+    def list_baselines(self, *, workload_key: str, target_key: str) -> list[MeasureRecord]:
+        with self._lock:
             found = [
-                self._records[uid][1]
-                for (w, t, tmpl, n), uid in self._baselines.items()
-                if (w, t, n) == (workload_key, target_key, threads)
-                and (template is None or tmpl == template)
+                self._records[uid]
+                for (w, t, _, _), uid in self._baselines.items()
+                if (w, t) == (workload_key, target_key)
             ]
-        found.sort(key=lambda r: (r.median_secs or 0.0, r.request.template))
-        return found[0] if found else None
+        found.sort(key=lambda r: (r.request.template, r.seq or 0))
+        return [_copy_record(r) for r in found]
+
+    # --- helpers (called with the lock held) -----------------------------------------------
+    def _store_record(self, record: MeasureRecord) -> MeasureRecord:
+        stored = dataclasses.replace(_copy_record(record), seq=len(self._records) + 1)
+        self._put_target(stored.request.target)
+        self._workloads.setdefault(stored.request.workload.key, stored.request.workload)
+        self._records[stored.uid] = stored
+        return stored
 
     def _put_target(self, target: Target) -> None:
         if target.target_key not in self._targets:
@@ -287,15 +417,17 @@ class MemoryScheduleStore(ScheduleStore):
         return [job for job in self._jobs.values() if not wanted or job.state in wanted]
 
     def _select_records(self, wanted: Callable[[MeasureRecord], bool]) -> list[MeasureRecord]:
-        found = [(r.created_at, n, r) for n, r in self._records.values() if wanted(r)]
-        found.sort(key=lambda item: (item[0], item[1]))
-        return [_copy_record(r) for _, _, r in found]
+        found = [r for r in self._records.values() if wanted(r)]
+        found.sort(key=lambda r: r.seq or 0)
+        return [_copy_record(r) for r in found]
 
-    def _update_jobs(self, new: Sequence[MeasureRecord]) -> None:
-        for record in new:
-            if record.job_id is not None:
-                job = self._jobs[record.job_id]
-                self._jobs[job.id] = dataclasses.replace(job, trials_done=job.trials_done + 1)
+    def _update_jobs(self, new: Sequence[MeasureRecord], secs: Mapping[int, float]) -> None:
+        for job_id, count in trials_of(new).items():
+            job = self._jobs[job_id]
+            self._jobs[job.id] = dataclasses.replace(job, trials_done=job.trials_done + count)
+        for job_id, extra in secs.items():
+            job = self._jobs[job_id]
+            self._jobs[job.id] = dataclasses.replace(job, tuning_secs=job.tuning_secs + extra)
         for job_id, record in fastest_ok(new, lambda r: r.job_id).items():
             job = self._jobs[job_id]
             median = record.median_secs
@@ -319,6 +451,14 @@ class MemoryScheduleStore(ScheduleStore):
 
 def _json_copy(value: Any) -> Any:
     return json.loads(json.dumps(value))
+
+
+def _json_copy_confirmation(confirmation: Confirmation) -> Confirmation:
+    return dataclasses.replace(
+        confirmation,
+        others=_json_copy(confirmation.others),
+        confirmed_at=confirmation.confirmed_at.astimezone(UTC),
+    )
 
 
 def _copy_target(target: Target) -> Target:

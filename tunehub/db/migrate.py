@@ -21,7 +21,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
-from tunehub.db.engine import make_engine, safe_url
+from tunehub.db.engine import make_engine, migrating, safe_url
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,11 @@ def _url_text(url_or_engine: str | Engine) -> str:
 
 def upgrade(url_or_engine: str | Engine, revision: str = "head") -> None:
     """Migrate the database to ``revision`` (the newest by default); creates the tables."""
-    with _engine(url_or_engine) as engine, engine.begin() as connection:
+    with (
+        _engine(url_or_engine) as engine,
+        engine.connect() as connection,
+        migrating(connection),
+    ):
         _run_upgrade(connection, revision)
     log.info("database %s upgraded to %s", _url_text(url_or_engine), revision)
 

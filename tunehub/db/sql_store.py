@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, Select, func, select, update
@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tunehub.core import (
     Budget,
     Config,
+    Confirmation,
     Job,
     JobSpec,
     JobState,
@@ -23,20 +24,24 @@ from tunehub.core import (
     MeasureStatus,
     Schedule,
     Target,
+    Worker,
     Workload,
     utc_now,
 )
 from tunehub.db.common import (
-    baseline_threads,
     check_baseline,
     check_page,
     check_records,
     check_spec,
     check_target,
+    check_tuning_secs,
+    check_worker,
+    confirmed_schedule,
     fastest_ok,
     job_times,
     schedule_key,
     schedule_of,
+    trials_of,
     unknown_target,
 )
 from tunehub.db.engine import make_engine, safe_url, session_scope, write_engine
@@ -48,6 +53,7 @@ from tunehub.db.tables import (
     RecordRow,
     ScheduleRow,
     TargetRow,
+    WorkerRow,
     WorkloadRow,
     table,
 )
@@ -111,6 +117,11 @@ class SqlScheduleStore(ScheduleStore):
             row = session.get(TargetRow, target_key)
             return None if row is None else _target(row)
 
+    def list_targets(self) -> list[Target]:
+        query = select(TargetRow).order_by(TargetRow.kind, TargetRow.name, TargetRow.target_key)
+        with session_scope(self._read) as session:
+            return [_target(row) for row in session.scalars(query)]
+
     def put_workload(self, workload: Workload) -> None:
         with session_scope(self._write) as session:
             self._put_workloads(session, [workload])
@@ -119,6 +130,68 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             row = session.get(WorkloadRow, workload_key)
             return None if row is None else _workload(row)
+
+    # --- workers ---------------------------------------------------------------------------
+    def register_worker(self, worker: Worker) -> None:
+        check_worker(worker)
+        with session_scope(self._write) as session:
+            if session.get(TargetRow, worker.target_key) is None:
+                raise unknown_target(worker.target_key)
+            stmt = self._insert(WorkerRow).values(
+                worker_id=worker.worker_id,
+                target_key=worker.target_key,
+                host=worker.host,
+                pid=worker.pid,
+                kind=worker.kind,
+                device=worker.device,
+                started_at=worker.started_at,
+                heartbeat_at=worker.heartbeat_at,
+                info=worker.info,
+            )
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["worker_id"],
+                set_={
+                    name: stmt.excluded[name]
+                    for name in (
+                        "target_key",
+                        "host",
+                        "pid",
+                        "kind",
+                        "device",
+                        "heartbeat_at",
+                        "info",
+                    )
+                },
+            )
+            session.execute(stmt)
+
+    def heartbeat_worker(self, worker_id: str, *, at: datetime | None = None) -> bool:
+        workers = table(WorkerRow)
+        with session_scope(self._write) as session:
+            found = session.execute(
+                update(workers)
+                .where(workers.c.worker_id == worker_id)
+                .values(heartbeat_at=at or utc_now())
+                .returning(workers.c.worker_id)
+            ).scalar()
+            return found is not None
+
+    def remove_worker(self, worker_id: str) -> None:
+        with session_scope(self._write) as session:
+            row = session.get(WorkerRow, worker_id)
+            if row is not None:
+                session.delete(row)
+
+    def list_workers(
+        self, *, target_key: str | None = None, live_since: datetime | None = None
+    ) -> list[Worker]:
+        query = select(WorkerRow).order_by(WorkerRow.started_at, WorkerRow.worker_id)
+        if target_key is not None:
+            query = query.where(WorkerRow.target_key == target_key)
+        if live_since is not None:
+            query = query.where(WorkerRow.heartbeat_at >= live_since)
+        with session_scope(self._read) as session:
+            return [_worker(row) for row in session.scalars(query)]
 
     # --- jobs ------------------------------------------------------------------------------
     def create_job(self, spec: JobSpec, *, claimed: bool = False, owner: str = "") -> Job:
@@ -174,18 +247,21 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             return int(session.scalar(query) or 0)
 
-    def claim_job(self, *, owner: str = "") -> Job | None:
+    def claim_job(
+        self, *, owner: str = "", target_keys: Collection[str] | None = None
+    ) -> Job | None:
         jobs = table(JobRow)
+        if target_keys is not None and not target_keys:
+            return None
         with session_scope(self._write) as session:
             while True:
                 # SKIP LOCKED lets concurrent claimers on PostgreSQL pass each other; SQLite
                 # ignores it (the write lock taken at BEGIN already serialises claimers).
+                query = select(JobRow.id).where(JobRow.state == JobState.QUEUED.value)
+                if target_keys is not None:
+                    query = query.where(JobRow.target_key.in_(sorted(target_keys)))
                 job_id = session.scalar(
-                    select(JobRow.id)
-                    .where(JobRow.state == JobState.QUEUED.value)
-                    .order_by(JobRow.id)
-                    .limit(1)
-                    .with_for_update(skip_locked=True)
+                    query.order_by(JobRow.id).limit(1).with_for_update(skip_locked=True)
                 )
                 if job_id is None:
                     return None
@@ -231,35 +307,60 @@ class SqlScheduleStore(ScheduleStore):
             return _job(row, _workload(workload))
 
     # --- records and schedules -------------------------------------------------------------
-    def commit_records(self, records: Sequence[MeasureRecord]) -> int:
+    def commit_records(
+        self,
+        records: Sequence[MeasureRecord],
+        *,
+        tuning_secs: Mapping[int, float] | None = None,
+    ) -> int:
         """Store records and update job progress, job bests and Schedules in one transaction.
 
         Every record's job_id must name a stored job, else JobNotFound and nothing is stored.
         """
         batch = check_records(records)
-        if not batch:
+        secs = check_tuning_secs(tuning_secs)
+        if not batch and not secs:
             return 0
         with session_scope(self._write) as session:
-            job_ids = sorted({r.job_id for r in batch if r.job_id is not None})
+            job_ids = sorted({r.job_id for r in batch if r.job_id is not None} | set(secs))
             if job_ids:
                 known = set(session.scalars(select(JobRow.id).where(JobRow.id.in_(job_ids))))
                 missing = [job_id for job_id in job_ids if job_id not in known]
                 if missing:
                     raise JobNotFound(missing[0])
-            self._put_targets(session, [r.request.target for r in batch])
-            self._put_workloads(session, [r.request.workload for r in batch])
-            inserted = self._insert_records(session, batch)
-            new = [r for r in batch if r.uid in inserted]
-            self._update_jobs(session, new)
+            new: list[MeasureRecord] = []
+            if batch:
+                self._put_targets(session, [r.request.target for r in batch])
+                self._put_workloads(session, [r.request.workload for r in batch])
+                inserted = self._insert_records(session, batch)
+                new = [r for r in batch if r.uid in inserted]
+            self._update_jobs(session, new, secs)
             self._update_schedules(session, new)
         return len(new)
 
-    def job_records(self, job_id: int) -> list[MeasureRecord]:
-        """All records of a job, oldest first; raises JobNotFound."""
+    def job_records(
+        self, job_id: int, *, after: int | None = None, limit: int | None = None
+    ) -> list[MeasureRecord]:
+        """A job's records in commit order; raises JobNotFound."""
+        check_page(limit or 0, 0)
+        query = _records_query().where(RecordRow.job_id == job_id)
+        if after is not None:
+            query = query.where(RecordRow.id > after)
+        if limit is not None:
+            query = query.limit(limit)
         with session_scope(self._read) as session:
             if session.get(JobRow, job_id) is None:
                 raise JobNotFound(job_id)
-            return _records(session, _records_query().where(RecordRow.job_id == job_id))
+            return _records(session, query)
+
+    def count_job_records(self, job_id: int, *, through: int | None = None) -> int:
+        query = select(func.count()).select_from(RecordRow).where(RecordRow.job_id == job_id)
+        if through is not None:
+            query = query.where(RecordRow.id <= through)
+        with session_scope(self._read) as session:
+            if session.get(JobRow, job_id) is None:
+                raise JobNotFound(job_id)
+            return int(session.scalar(query) or 0)
 
     def records_for(
         self, *, workload_key: str, target_key: str, template: str | None = None
@@ -269,6 +370,33 @@ class SqlScheduleStore(ScheduleStore):
         )
         if template is not None:
             query = query.where(RecordRow.template == template)
+        with session_scope(self._read) as session:
+            return _records(session, query)
+
+    def family_records(
+        self,
+        *,
+        family_key: str,
+        template: str,
+        template_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[MeasureRecord]:
+        query = _records_query().where(
+            TargetRow.family_key == family_key, RecordRow.template == template
+        )
+        if template_version is not None:
+            query = query.where(RecordRow.template_version == template_version)
+        if limit is not None:
+            latest = (
+                select(RecordRow.id)
+                .join(TargetRow, TargetRow.target_key == RecordRow.target_key)
+                .where(TargetRow.family_key == family_key, RecordRow.template == template)
+                .order_by(RecordRow.id.desc())
+                .limit(limit)
+            )
+            if template_version is not None:
+                latest = latest.where(RecordRow.template_version == template_version)
+            query = query.where(RecordRow.id.in_(latest.scalar_subquery()))
         with session_scope(self._read) as session:
             return _records(session, query)
 
@@ -309,7 +437,34 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             return [_schedule(row) for row in session.scalars(query)]
 
-    # --- helpers ---------------------------------------------------------------------------
+    def confirm_schedule(
+        self,
+        *,
+        workload_key: str,
+        target_key: str,
+        template: str,
+        candidates: Collection[str],
+        winner_uid: str,
+        confirmation: Confirmation,
+    ) -> Schedule | None:
+        with session_scope(self._write) as session:
+            row = session.get(
+                ScheduleRow, (workload_key, target_key, template), with_for_update=True
+            )
+            if row is None:
+                return None
+            current = _schedule(row)
+            found = _records(session, _records_query().where(RecordRow.uid == winner_uid))
+            moved = confirmed_schedule(
+                current, found[0] if found else None, candidates, confirmation, utc_now()
+            )
+            if moved is None:
+                return current
+            for name, value in _schedule_values(moved).items():
+                setattr(row, name, value)
+            session.flush()
+            return _schedule(row)
+
     # --- baselines -------------------------------------------------------------------------
     def commit_baseline(self, record: MeasureRecord) -> bool:
         check_baseline(record)
@@ -323,13 +478,14 @@ class SqlScheduleStore(ScheduleStore):
                     workload_key=record.request.workload.key,
                     target_key=record.request.target.target_key,
                     template=record.request.template,
-                    threads=baseline_threads(record),
+                    config_key=record.config.key,
+                    config=record.config.to_dict(),
                     median_secs=record.median_secs,
                     record_uid=record.uid,
                     updated_at=utc_now(),
                 )
                 stmt = stmt.on_conflict_do_update(
-                    index_elements=["workload_key", "target_key", "template", "threads"],
+                    index_elements=["workload_key", "target_key", "template", "config_key"],
                     set_={
                         name: stmt.excluded[name]
                         for name in ("median_secs", "record_uid", "updated_at")
@@ -339,7 +495,7 @@ class SqlScheduleStore(ScheduleStore):
         return new
 
     def get_baseline(
-        self, *, workload_key: str, target_key: str, threads: int, template: str | None = None
+        self, *, workload_key: str, target_key: str, template: str, config: Config
     ) -> MeasureRecord | None:
         query = (
             _records_query()
@@ -347,18 +503,26 @@ class SqlScheduleStore(ScheduleStore):
             .where(
                 BaselineRow.workload_key == workload_key,
                 BaselineRow.target_key == target_key,
-                BaselineRow.threads == threads,
+                BaselineRow.template == template,
+                BaselineRow.config_key == config.key,
             )
-            .order_by(None)
-            .order_by(BaselineRow.median_secs, BaselineRow.template)
-            .limit(1)
         )
-        if template is not None:
-            query = query.where(BaselineRow.template == template)
         with session_scope(self._read) as session:
             found = _records(session, query)
         return found[0] if found else None
 
+    def list_baselines(self, *, workload_key: str, target_key: str) -> list[MeasureRecord]:
+        query = (
+            _records_query()
+            .join(BaselineRow, BaselineRow.record_uid == RecordRow.uid)
+            .where(BaselineRow.workload_key == workload_key, BaselineRow.target_key == target_key)
+            .order_by(None)
+            .order_by(BaselineRow.template, RecordRow.id)
+        )
+        with session_scope(self._read) as session:
+            return _records(session, query)
+
+    # --- helpers ---------------------------------------------------------------------------
     def _insert(self, row: type[Base]) -> _Insert:
         if self._engine.dialect.name == "postgresql":
             return postgresql.insert(table(row))
@@ -388,7 +552,7 @@ class SqlScheduleStore(ScheduleStore):
         values = [
             {"workload_key": key, **w.to_dict(), "created_at": now}
             for key, w in sorted(unique.items())
-        ]
+        ]  # to_dict's fields are the table's columns
         stmt = self._insert(WorkloadRow).on_conflict_do_nothing(index_elements=["workload_key"])
         session.execute(stmt, values)
 
@@ -400,14 +564,19 @@ class SqlScheduleStore(ScheduleStore):
         values = [_record_values(r) for r in sorted(batch, key=lambda r: r.uid)]
         return set(session.scalars(stmt.returning(table(RecordRow).c.uid), values))
 
-    def _update_jobs(self, session: Session, new: Sequence[MeasureRecord]) -> None:
+    def _update_jobs(
+        self, session: Session, new: Sequence[MeasureRecord], secs: Mapping[int, float]
+    ) -> None:
         jobs = table(JobRow)
-        counts = Counter(r.job_id for r in new if r.job_id is not None)
-        for job_id, count in sorted(counts.items()):
+        counts = trials_of(new)
+        for job_id in sorted(set(counts) | set(secs)):
             session.execute(
                 update(jobs)
                 .where(jobs.c.id == job_id)
-                .values(trials_done=jobs.c.trials_done + count)
+                .values(
+                    trials_done=jobs.c.trials_done + counts.get(job_id, 0),
+                    tuning_secs=jobs.c.tuning_secs + secs.get(job_id, 0.0),
+                )
             )
         for best_job_id, record in sorted(fastest_ok(new, _job_of).items()):
             median = record.median_secs
@@ -438,6 +607,7 @@ class SqlScheduleStore(ScheduleStore):
                         "gflops",
                         "record_uid",
                         "updated_at",
+                        *_CONFIRMATION_COLUMNS,
                     )
                 },
                 # The rule of common.replaces: newer version, or same version and faster.
@@ -454,6 +624,15 @@ def _job_of(record: MeasureRecord) -> int | None:
     return record.job_id
 
 
+_CONFIRMATION_COLUMNS = (
+    "confirmed_median_secs",
+    "confirmed_spread",
+    "confirmed_rounds",
+    "confirmed_at",
+    "confirmed_others",
+)
+
+
 # --- rows to core types ------------------------------------------------------------------
 def _target(row: TargetRow) -> Target:
     return Target.from_dict(row.data)
@@ -466,8 +645,24 @@ def _workload(row: WorkloadRow) -> Workload:
         n=row.n,
         k=row.k,
         dtype=row.dtype,
-        layout=row.layout,
+        a_layout=row.a_layout,
+        b_layout=row.b_layout,
         epilogue=row.epilogue,
+        allow_tf32=bool(row.allow_tf32),
+    )
+
+
+def _worker(row: WorkerRow) -> Worker:
+    return Worker(
+        worker_id=row.worker_id,
+        target_key=row.target_key,
+        host=row.host,
+        pid=row.pid,
+        kind=row.kind,
+        device=row.device,
+        started_at=row.started_at,
+        heartbeat_at=row.heartbeat_at,
+        info=dict(row.info),
     )
 
 
@@ -498,6 +693,7 @@ def _job(row: JobRow, workload: Workload) -> Job:
         best_record_uid=row.best_record_uid,
         best_median_secs=row.best_median_secs,
         owner=row.owner,
+        tuning_secs=row.tuning_secs,
     )
 
 
@@ -529,7 +725,7 @@ def _records_query() -> Select[RecordRow, WorkloadRow, TargetRow]:
         select(RecordRow, WorkloadRow, TargetRow)
         .join(WorkloadRow, WorkloadRow.workload_key == RecordRow.workload_key)
         .join(TargetRow, TargetRow.target_key == RecordRow.target_key)
-        .order_by(RecordRow.created_at, RecordRow.id)
+        .order_by(RecordRow.id)
     )
 
 
@@ -571,10 +767,12 @@ def _record(row: RecordRow, workload: Workload, target: Target) -> MeasureRecord
         job_id=row.job_id,
         uid=row.uid,
         created_at=row.created_at,
+        seq=row.id,
     )
 
 
 def _schedule_values(schedule: Schedule) -> dict[str, Any]:
+    c = schedule.confirmation
     return {
         "workload_key": schedule.workload_key,
         "target_key": schedule.target_key,
@@ -585,10 +783,28 @@ def _schedule_values(schedule: Schedule) -> dict[str, Any]:
         "gflops": schedule.gflops,
         "record_uid": schedule.record_uid,
         "updated_at": schedule.updated_at,
+        "confirmed_median_secs": c.median_secs if c else None,
+        "confirmed_spread": c.spread if c else None,
+        "confirmed_rounds": c.rounds if c else None,
+        "confirmed_at": c.confirmed_at if c else None,
+        "confirmed_others": dict(c.others) if c else None,
     }
 
 
 def _schedule(row: ScheduleRow) -> Schedule:
+    confirmation = None
+    if (
+        row.confirmed_median_secs is not None
+        and row.confirmed_spread is not None
+        and row.confirmed_at is not None
+    ):
+        confirmation = Confirmation(
+            median_secs=row.confirmed_median_secs,
+            spread=row.confirmed_spread,
+            rounds=row.confirmed_rounds or 0,
+            confirmed_at=row.confirmed_at,
+            others={str(k): float(v) for k, v in (row.confirmed_others or {}).items()},
+        )
     return Schedule(
         workload_key=row.workload_key,
         target_key=row.target_key,
@@ -599,4 +815,5 @@ def _schedule(row: ScheduleRow) -> Schedule:
         gflops=row.gflops,
         record_uid=row.record_uid,
         updated_at=row.updated_at,
+        confirmation=confirmation,
     )

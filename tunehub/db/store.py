@@ -1,26 +1,35 @@
-"""ScheduleStore: the storage contract (targets, workloads, jobs, records, schedules).
+"""ScheduleStore: the storage contract (targets, workers, workloads, jobs, records, schedules,
+baselines).
 
 Contract, for every implementation:
-- Thread-safe: one store object is shared by the API and the job runner threads.
+- Thread-safe: one store object is shared by the API, the job runner and worker threads.
 - Returned objects are frozen snapshots; later writes never change them.
 - Records are immutable once stored; committing a record whose ``uid`` is stored is a no-op.
-- ``commit_records`` is one transaction: the records, the job's progress and best so far, and
-  every Schedule the new records beat are written together or not at all.
+  Each stored record gets a ``seq``, increasing in commit order; lists of records come in
+  ``seq`` order.
+- Only verdicts (``MeasureStatus.verdict``) count as a job's trials; machine failures
+  (``cancelled``, ``worker_error``) are stored for the record and change nothing else.
+- ``commit_records`` is one transaction: the records, the jobs' progress, best so far and
+  tuning time, and every Schedule the new records beat are written together or not at all.
 - Timestamps are timezone-aware UTC.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 
 from tunehub.core import (
+    Config,
+    Confirmation,
     Job,
     JobSpec,
     JobState,
     MeasureRecord,
     Schedule,
     Target,
+    Worker,
     Workload,
 )
 
@@ -41,11 +50,35 @@ class ScheduleStore(ABC):
     def get_target(self, target_key: str) -> Target | None: ...
 
     @abstractmethod
+    def list_targets(self) -> list[Target]:
+        """Every stored target, by kind then name then key."""
+
+    @abstractmethod
     def put_workload(self, workload: Workload) -> None:
         """Remember ``workload`` under its key (idempotent)."""
 
     @abstractmethod
     def get_workload(self, workload_key: str) -> Workload | None: ...
+
+    # --- workers ---------------------------------------------------------------------------
+    @abstractmethod
+    def register_worker(self, worker: Worker) -> None:
+        """Store ``worker`` (its target must be stored), or refresh it if it is known."""
+
+    @abstractmethod
+    def heartbeat_worker(self, worker_id: str, *, at: datetime | None = None) -> bool:
+        """Mark the worker alive now (or ``at``); False if it is not registered."""
+
+    @abstractmethod
+    def remove_worker(self, worker_id: str) -> None:
+        """Forget the worker (idempotent)."""
+
+    @abstractmethod
+    def list_workers(
+        self, *, target_key: str | None = None, live_since: datetime | None = None
+    ) -> list[Worker]:
+        """Registered workers (of one target), those that reported at or after ``live_since``
+        only when it is given; oldest registration first."""
 
     # --- jobs ------------------------------------------------------------------------------
     @abstractmethod
@@ -71,8 +104,11 @@ class ScheduleStore(ABC):
     def count_jobs(self, *, states: Sequence[JobState] = ()) -> int: ...
 
     @abstractmethod
-    def claim_job(self, *, owner: str = "") -> Job | None:
-        """Atomically move the oldest QUEUED job to RUNNING (started now, owned by ``owner``)."""
+    def claim_job(
+        self, *, owner: str = "", target_keys: Collection[str] | None = None
+    ) -> Job | None:
+        """Atomically move the oldest QUEUED job (for one of ``target_keys``, if given) to
+        RUNNING (started now, owned by ``owner``)."""
 
     @abstractmethod
     def set_job_state(
@@ -93,31 +129,53 @@ class ScheduleStore(ABC):
 
     # --- records and schedules -------------------------------------------------------------
     @abstractmethod
-    def commit_records(self, records: Sequence[MeasureRecord]) -> int:
+    def commit_records(
+        self,
+        records: Sequence[MeasureRecord],
+        *,
+        tuning_secs: Mapping[int, float] | None = None,
+    ) -> int:
         """Store records in one transaction and update job progress and Schedules.
 
         Returns how many were new (duplicates by uid are skipped). Every record's workload and
-        target are stored too. A Schedule (workload, target, template) moves to the fastest
-        ``ok`` record.
+        target are stored too. ``tuning_secs`` adds seconds of tuning time to jobs (by id), in
+        the same transaction.
 
-        Each new record adds one to its job's trials_done; a new ok record faster than the job's
-        best becomes its best. Only a strictly faster ok record moves a Schedule. A record whose
-        job_id names no stored job raises JobNotFound and nothing is stored.
+        Each new verdict adds one to its job's trials_done; a new ok record faster than the
+        job's best becomes its best. A Schedule (workload, target, template) moves to a new ok
+        record of a newer template version, or of the same version and strictly faster; a
+        move clears the Schedule's confirmation. A record or ``tuning_secs`` entry whose job
+        is not stored raises JobNotFound and nothing is stored.
         """
 
     @abstractmethod
-    def job_records(self, job_id: int) -> list[MeasureRecord]:
-        """All records of a job, oldest first. Raises JobNotFound.
+    def job_records(
+        self, job_id: int, *, after: int | None = None, limit: int | None = None
+    ) -> list[MeasureRecord]:
+        """A job's records in commit order: those with ``seq`` above ``after`` (all if None),
+        at most ``limit`` of them. Raises JobNotFound."""
 
-        Oldest means by created_at; records with equal times come in commit order, and by uid
-        within one commit.
-        """
+    @abstractmethod
+    def count_job_records(self, job_id: int, *, through: int | None = None) -> int:
+        """How many records the job has (with ``seq`` at most ``through``, if given)."""
 
     @abstractmethod
     def records_for(
         self, *, workload_key: str, target_key: str, template: str | None = None
     ) -> list[MeasureRecord]:
-        """All records for (workload, target[, template]), oldest first (history for seeding)."""
+        """All records for (workload, target[, template]), in commit order."""
+
+    @abstractmethod
+    def family_records(
+        self,
+        *,
+        family_key: str,
+        template: str,
+        template_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[MeasureRecord]:
+        """Records of ``template`` (and version) for every workload on every target of the
+        family, in commit order; with ``limit``, the latest that many."""
 
     @abstractmethod
     def get_schedule(
@@ -135,22 +193,46 @@ class ScheduleStore(ABC):
     def target_schedules(self, *, target_key: str, template: str | None = None) -> list[Schedule]:
         """Every schedule on one target (for predicting unseen shapes), any order."""
 
+    @abstractmethod
+    def confirm_schedule(
+        self,
+        *,
+        workload_key: str,
+        target_key: str,
+        template: str,
+        candidates: Collection[str],
+        winner_uid: str,
+        confirmation: Confirmation,
+    ) -> Schedule | None:
+        """Record a confirmation: the re-timed ``winner_uid`` (one of ``candidates``, record
+        uids) becomes the Schedule, with ``confirmation``.
+
+        Nothing changes (the current Schedule is returned) unless the current Schedule is one
+        of ``candidates`` and the winner is an ok record of the same workload, target,
+        template and template version: a record stored meanwhile by another job keeps its
+        place. None if there is no Schedule.
+        """
+
     # --- baselines -------------------------------------------------------------------------
     @abstractmethod
     def commit_baseline(self, record: MeasureRecord) -> bool:
         """Store a vendor library's measurement (a Baseline) in one transaction.
 
-        The record (of a baseline template such as ``numpy.matmul``, config ``{"threads": n}``,
-        no job) is stored with the other records, and, if ok, becomes the Baseline for
-        (workload, target, template, threads): the latest ok measurement wins, since a library
-        is not tuned. Schedules are never touched. Returns whether the record was new.
+        The record (of a baseline template such as ``numpy.matmul``, no job) is stored with
+        the other records, and, if ok, becomes the Baseline for (workload, target, template,
+        config): the latest ok measurement wins, since a library is not tuned. Schedules are
+        never touched. Returns whether the record was new.
         """
 
     @abstractmethod
     def get_baseline(
-        self, *, workload_key: str, target_key: str, threads: int, template: str | None = None
+        self, *, workload_key: str, target_key: str, template: str, config: Config
     ) -> MeasureRecord | None:
-        """The Baseline's record for ``threads`` threads (the fastest library if none named)."""
+        """The Baseline's record for this library and config, or None."""
+
+    @abstractmethod
+    def list_baselines(self, *, workload_key: str, target_key: str) -> list[MeasureRecord]:
+        """Every Baseline of the workload on the target, by template then commit order."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Dispose of connections."""

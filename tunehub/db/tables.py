@@ -1,4 +1,5 @@
-"""SQLAlchemy 2.0 tables (``*Row``): targets, workloads, jobs, records and schedules.
+"""SQLAlchemy 2.0 tables (``*Row``): targets, workloads, jobs, records, schedules, baselines,
+workers.
 
 Rows stay inside ``tunehub.db``; stores turn them into core dataclasses before returning.
 Every change here needs an Alembic migration in ``tunehub/db/migrations/versions``.
@@ -12,6 +13,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Dialect,
@@ -24,6 +26,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -98,8 +101,10 @@ class WorkloadRow(Base):
     n: Mapped[int] = mapped_column(Integer)
     k: Mapped[int] = mapped_column(Integer)
     dtype: Mapped[str] = mapped_column(String(16))
-    layout: Mapped[str] = mapped_column(String(32))
+    a_layout: Mapped[str] = mapped_column(String(16), server_default="row_major")
+    b_layout: Mapped[str] = mapped_column(String(16), server_default="row_major")
     epilogue: Mapped[str] = mapped_column(String(32))
+    allow_tf32: Mapped[bool] = mapped_column(Boolean, server_default=false())
     created_at: Mapped[datetime]
 
 
@@ -128,6 +133,8 @@ class JobRow(Base):
     finished_at: Mapped[datetime | None]
     # host:pid:start of the process running the job; "" unless RUNNING.
     owner: Mapped[str] = mapped_column(String(OWNER_LENGTH), server_default="")
+    # Seconds spent tuning over every run of the job (what budget.max_secs limits).
+    tuning_secs: Mapped[float] = mapped_column(Float, server_default="0")
 
 
 class RecordRow(Base):
@@ -136,6 +143,7 @@ class RecordRow(Base):
     __tablename__ = "records"
     __table_args__ = (
         Index("ix_records_workload_target_template", "workload_key", "target_key", "template"),
+        Index("ix_records_target_template", "target_key", "template"),
         CheckConstraint(
             "(status = 'ok' AND median_secs IS NOT NULL AND median_secs > 0)"
             " OR (status <> 'ok' AND median_secs IS NULL)",
@@ -184,11 +192,17 @@ class ScheduleRow(Base):
     gflops: Mapped[float] = mapped_column(Float)
     record_uid: Mapped[str] = mapped_column(String(UID_LENGTH), ForeignKey("records.uid"))
     updated_at: Mapped[datetime]
+    # The winner re-timed at the end of a job (all NULL until then; cleared when it moves).
+    confirmed_median_secs: Mapped[float | None] = mapped_column(Float)
+    confirmed_spread: Mapped[float | None] = mapped_column(Float)
+    confirmed_rounds: Mapped[int | None] = mapped_column(Integer)
+    confirmed_at: Mapped[datetime | None]
+    confirmed_others: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class BaselineRow(Base):
     """The latest ok measurement of a vendor library (a baseline template) for (workload,
-    target, library, threads); the measurement itself is a row of ``records``."""
+    target, library, config); the measurement itself is a row of ``records``."""
 
     __tablename__ = "baselines"
 
@@ -199,10 +213,29 @@ class BaselineRow(Base):
         String(KEY_LENGTH), ForeignKey("targets.target_key"), primary_key=True
     )
     template: Mapped[str] = mapped_column(String(64), primary_key=True)
-    threads: Mapped[int] = mapped_column(Integer, primary_key=True)
+    config_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
     median_secs: Mapped[float] = mapped_column(Float)
     record_uid: Mapped[str] = mapped_column(String(UID_LENGTH), ForeignKey("records.uid"))
     updated_at: Mapped[datetime]
+
+
+class WorkerRow(Base):
+    """A worker measuring on one device of a target; live while it keeps reporting."""
+
+    __tablename__ = "workers"
+
+    worker_id: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    target_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("targets.target_key"), index=True
+    )
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    device: Mapped[str] = mapped_column(String(32))
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime] = mapped_column(index=True)
+    info: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 def table(row: type[Base]) -> Table:

@@ -19,6 +19,7 @@ vector extensions. M, N and K are runtime arguments, so one build serves every s
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import secrets
 import time
@@ -32,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tunehub.core import (
+    Capabilities,
     Config,
     MeasureRequest,
     MeasureResult,
@@ -39,7 +41,7 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Template
+from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.blis_codegen import (
     ELEMENT_BYTES,
     ISA_REGISTERS,
@@ -54,7 +56,6 @@ from tunehub.kernels.build import (
     build_shared_library,
     compiler,
     compiler_version,
-    default_build_dir,
 )
 from tunehub.kernels.environment import measurement_environment
 from tunehub.kernels.reference import check_gemm, poisoned_output, random_operands, sample_rows
@@ -355,12 +356,13 @@ class GemmKernel:
     >>> c = kernel(a, b, bias)  # doctest: +SKIP
     """
 
-    def __init__(self, params: BlisParams, library: BuiltLibrary) -> None:
+    def __init__(self, params: BlisParams, library: BuiltLibrary | Path) -> None:
         self.params = params
-        self.library = library
+        self.path = library.path if isinstance(library, BuiltLibrary) else Path(library)
+        self.library = library if isinstance(library, BuiltLibrary) else None
         self.dtype = np.dtype(params.dtype)
         self.has_bias = params.epilogue in ("bias", "bias_relu")
-        self._lib = ctypes.CDLL(str(library.path))
+        self._lib = ctypes.CDLL(str(self.path))
         self._gemm = self._lib.tunehub_gemm
         self._gemm.argtypes = [_I64, _I64, _I64, _PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR]
         self._gemm.restype = ctypes.c_int
@@ -493,25 +495,22 @@ class GemmKernel:
 
 
 class BlisGemmTemplate(Template):
-    """``blis.gemm``: see the module docstring. ``build_dir`` overrides where builds are cached
-    (else ``default_build_dir(workdir)``: $TUNEHUB_BUILD_DIR, $TUNEHUB_HOME/build, workdir)."""
+    """``blis.gemm``: see the module docstring."""
 
     name = "blis.gemm"
     baseline_template = "numpy.matmul"
     version = 2
-
-    def __init__(self, build_dir: Path | None = None) -> None:
-        self.build_dir = build_dir
+    device_kind = "cpu"
 
     # --- space -----------------------------------------------------------------------------
-    def supports(self, workload: Workload, target: Target) -> str | None:
-        if target.kind != "cpu":
-            return f"blis.gemm runs on CPUs, not {target.kind}"
-        if workload.op != "matmul" or workload.layout != "row_major":
-            return f"blis.gemm computes row-major matmul, not {workload.op} {workload.layout}"
-        if workload.dtype not in ELEMENT_BYTES:
-            return f"blis.gemm has no {workload.dtype} kernel"
-        return None
+    def capabilities(self, target: Target) -> Capabilities:
+        return Capabilities(
+            kinds=("cpu",),
+            dtypes=tuple(ELEMENT_BYTES),
+            a_layouts=("row_major",),
+            b_layouts=("row_major",),
+            epilogues=("none", "bias", "bias_relu"),
+        )
 
     def space(self, workload: Workload, target: Target) -> SearchSpace:
         return _SpaceModel(workload, target).space()
@@ -563,17 +562,22 @@ class BlisGemmTemplate(Template):
             )
         return None
 
+    def invalid_reason(self, workload: Workload, target: Target, config: Config) -> str | None:
+        if self.space(workload, target).is_valid(config):
+            return None
+        problem = self.config_problem(workload, target, config)
+        return f"config is not in the space of {self.name}" + (f": {problem}" if problem else "")
+
     def source(self, workload: Workload, config: Config) -> str:
         """The generated C source for ``config`` (shape-independent)."""
         return generate_source(params_for(workload, config))
 
-    def compile(
+    def build_library(
         self, workload: Workload, target: Target, config: Config, build_dir: Path
-    ) -> GemmKernel:
-        """Build (or reuse from ``build_dir``) and load the kernel of ``config``.
+    ) -> tuple[BlisParams, BuiltLibrary]:
+        """Generate and compile (or reuse from ``build_dir``) the library of ``config``.
 
         Raises ValueError for a config that cannot be generated, BuildError if compiling fails.
-        The kernel computes any M, N, K of the workload's dtype and epilogue.
         """
         problem = self.config_problem(workload, target, config)
         if problem:
@@ -583,68 +587,76 @@ class BlisGemmTemplate(Template):
         library = build_shared_library(
             generate_source(params), build_dir=build_dir, flags=flags, stem="blis_gemm"
         )
-        return GemmKernel(params, library)
+        return params, library
 
-    # --- measure ---------------------------------------------------------------------------
-    def request_problem(self, request: MeasureRequest) -> str | None:
-        """Why ``request`` is invalid for this template, or None."""
-        if request.template != self.name:
-            return f"request is for template {request.template!r}, not {self.name!r}"
-        if request.template_version != self.version:
-            return (
-                f"request is for {self.name} v{request.template_version}, this is v{self.version}"
-            )
-        reason = self.supports(request.workload, request.target)
-        if reason:
-            return reason
-        space = self.space(request.workload, request.target)
-        if not space.is_valid(request.config):
-            problem = self.config_problem(request.workload, request.target, request.config)
-            return f"config is not in the space of {self.name}" + (
-                f": {problem}" if problem else ""
-            )
-        return None
+    def compile(
+        self, workload: Workload, target: Target, config: Config, build_dir: Path
+    ) -> GemmKernel:
+        """Build (or reuse from ``build_dir``) and load the kernel of ``config``.
 
-    def measure(
-        self, request: MeasureRequest, *, workdir: Path, min_secs: float, max_repeats: int
+        Raises ValueError for a config that cannot be generated, BuildError if compiling fails.
+        The kernel computes any M, N, K of the workload's dtype and epilogue.
+        """
+        return GemmKernel(*self.build_library(workload, target, config, build_dir))
+
+    # --- build and run -----------------------------------------------------------------------
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        environment: dict[str, Any] = {"cc": compiler(), "compiler": compiler_version(compiler())}
+        problem = self.request_problem(request)
+        if problem:
+            raise BuildFailed(MeasureStatus.INVALID, problem, environment=environment)
+        start = time.perf_counter()
+        try:
+            params, lib = self.build_library(
+                request.workload, request.target, request.config, build_dir
+            )
+        except (BuildError, ValueError) as exc:
+            report = exc.report() if isinstance(exc, BuildError) else str(exc)
+            if isinstance(exc, BuildError):
+                environment["flags"] = list(exc.flags)
+            raise BuildFailed(
+                MeasureStatus.BUILD_ERROR,
+                report,
+                compile_secs=time.perf_counter() - start,
+                environment=environment,
+            ) from None
+        environment.update(flags=list(lib.flags), build_key=lib.key, build_cached=lib.cached)
+        return Artifact(
+            template=self.name,
+            key=lib.key,
+            path=str(lib.path),
+            data={"params": dataclasses.asdict(params)},
+            compile_secs=lib.compile_secs,
+            cached=lib.cached,
+            environment=environment,
+        )
+
+    def run(
+        self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
     ) -> MeasureResult:
-        """Build, verify on fresh random inputs into a NaN-poisoned C, then time.
+        """Load the library, verify on fresh random inputs into a NaN-poisoned C, then time.
 
         Timing follows GemmKernel.bench (warm caches). The random seed is recorded in the
         environment so a wrong answer can be replayed.
         """
         environment = measurement_environment()
-        environment.update(cc=compiler(), compiler=compiler_version(compiler()))
-        problem = self.request_problem(request)
-        if problem:
-            return MeasureResult(MeasureStatus.INVALID, error=problem, environment=environment)
-        workload = request.workload
-        build_dir = self.build_dir or default_build_dir(workdir)
-        start = time.perf_counter()
-        try:
-            kernel = self.compile(workload, request.target, request.config, build_dir)
-        except BuildError as exc:
-            environment.update(flags=list(exc.flags))
-            return MeasureResult(
-                MeasureStatus.BUILD_ERROR,
-                error=exc.report(),
-                compile_secs=time.perf_counter() - start,
-                environment=environment,
-            )
-        compile_secs = time.perf_counter() - start
-        lib = kernel.library
-        environment.update(
-            flags=list(lib.flags),
-            build_key=lib.key,
-            build_cached=lib.cached,
-        )
-
+        environment.update(artifact.environment)
+        kernel = self.load(artifact)
         try:
             return self._verify_and_time(
-                kernel, workload, compile_secs, environment, min_secs, max_repeats
+                kernel,
+                request.workload,
+                artifact.compile_secs,
+                environment,
+                timing.min_secs,
+                timing.max_repeats,
             )
         finally:
             kernel.release_buffers()
+
+    def load(self, artifact: Artifact) -> GemmKernel:
+        """The kernel ``build`` made (its library loaded into this process)."""
+        return GemmKernel(BlisParams(**artifact.data["params"]), Path(artifact.path))
 
     def _verify_and_time(
         self,

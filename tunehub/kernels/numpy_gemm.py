@@ -11,8 +11,16 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from tunehub.core import Config, MeasureRequest, MeasureResult, MeasureStatus, Target, Workload
-from tunehub.kernels.base import Template
+from tunehub.core import (
+    Capabilities,
+    Config,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Target,
+    Workload,
+)
+from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.environment import measurement_environment
 from tunehub.kernels.reference import check_gemm, poisoned_output, random_operands, sample_rows
 from tunehub.kernels.space import Knob, SearchSpace
@@ -45,11 +53,13 @@ class NumpyGemmBaseline(Template):
     name = "numpy.matmul"
     version = 1
     baseline = True
+    device_kind = "cpu"
 
-    def supports(self, workload: Workload, target: Target) -> str | None:
-        return (
-            f"{self.name} is a baseline: the vendor library every tuned schedule is compared "
-            "with; it is measured, not tuned (use template blis.gemm)"
+    def capabilities(self, target: Target) -> Capabilities:
+        return Capabilities(
+            kinds=("cpu",),
+            dtypes=("float32", "float64"),
+            epilogues=("none", "bias", "bias_relu"),
         )
 
     def space(self, workload: Workload, target: Target) -> SearchSpace:
@@ -58,18 +68,26 @@ class NumpyGemmBaseline(Template):
     def default_config(self, workload: Workload, target: Target) -> Config:
         return Config({"threads": 1})
 
-    def measure(
-        self, request: MeasureRequest, *, workdir: Path, min_secs: float, max_repeats: int
+    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """One thread and every core: the thread counts tuned CPU templates offer."""
+        return [Config({"threads": n}) for n in sorted({1, max(1, target.cores)})]
+
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        """Nothing to compile: the library is numpy's. Checks the request only."""
+        problem = self.request_problem(request) or self.capabilities(request.target).problem(
+            self.name, request.workload, request.target
+        )
+        if problem:
+            raise BuildFailed(MeasureStatus.INVALID, str(problem))
+        return Artifact(template=self.name, key="numpy", environment=blas_description())
+
+    def run(
+        self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
     ) -> MeasureResult:
         workload = request.workload
+        min_secs, max_repeats = timing.min_secs, timing.max_repeats
         environment = measurement_environment()
         environment.update(blas_description())
-        if not self.space(workload, request.target).is_valid(request.config):
-            return MeasureResult(
-                MeasureStatus.INVALID,
-                error=f"config {dict(request.config)} is not in the space of {self.name}",
-                environment=environment,
-            )
         threads = int(request.config["threads"])
         seed = secrets.randbits(63)
         rng = np.random.default_rng(seed)
@@ -108,12 +126,12 @@ class NumpyGemmBaseline(Template):
             pin = pinned_to_current_cpu() if threads == 1 else contextlib.nullcontext(None)
             with pin as cpu:
                 start = time.perf_counter()
-                timing = time_calls(call, min_secs=min_secs, max_repeats=max_repeats)
+                timed = time_calls(call, min_secs=min_secs, max_repeats=max_repeats)
                 run_secs = time.perf_counter() - start
-        environment.update(calls_per_repeat=timing.calls_per_repeat, pinned_cpu=cpu)
+        environment.update(calls_per_repeat=timed.calls_per_repeat, pinned_cpu=cpu)
         return MeasureResult(
             MeasureStatus.OK,
-            repeat_secs=timing.repeat_secs,
+            repeat_secs=timed.repeat_secs,
             verify_secs=verify_secs,
             run_secs=run_secs,
             environment=environment,

@@ -21,10 +21,15 @@ SAMPLE_RANDOM_ROWS = 128
 def random_operands(
     workload: Workload, rng: np.random.Generator
 ) -> tuple[Array, Array, Array | None]:
-    """Fresh A, B (and bias) uniform in [-1, 1), in the workload's dtype."""
+    """Fresh A, B (and bias) uniform in [-1, 1), in the workload's dtype, stored as its
+    layouts say (a column-major operand is a Fortran-ordered array)."""
     dtype = np.dtype(workload.dtype)
     a = rng.uniform(-1.0, 1.0, (workload.m, workload.k)).astype(dtype)
     b = rng.uniform(-1.0, 1.0, (workload.k, workload.n)).astype(dtype)
+    if workload.a_layout == "col_major":
+        a = np.asfortranarray(a)
+    if workload.b_layout == "col_major":
+        b = np.asfortranarray(b)
     bias = None
     if workload.epilogue in ("bias", "bias_relu"):
         bias = rng.uniform(-1.0, 1.0, workload.n).astype(dtype)

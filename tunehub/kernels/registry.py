@@ -1,8 +1,9 @@
-"""The template registry: built-in templates and plugin modules, looked up by name.
+"""The template registry: built-in templates, ``tunehub.templates`` entry points and plugin modules.
 
 Plugin modules are named in ``$TUNEHUB_TEMPLATE_MODULES`` (comma-separated) and imported on
-first use of the registry; each calls ``register`` at import. This is how a sandbox process
-finds templates that live outside the package (e.g. test-only ones).
+first use of the registry; each calls ``register`` at import. Sandbox processes inherit the
+variable, which is how they find templates that live outside the package (e.g. test-only
+ones). See ``tunehub.core.registry`` for the order the sources are read in.
 
 >>> get_template("blis.gemm").name
 'blis.gemm'
@@ -12,57 +13,35 @@ True
 
 from __future__ import annotations
 
-import importlib
-import logging
-import os
-import threading
-
+from tunehub.core.registry import Registry, UnknownName
 from tunehub.kernels.base import Template
 from tunehub.kernels.blis_gemm import BlisGemmTemplate
 from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
 
-log = logging.getLogger(__name__)
-
 PLUGINS_ENV = "TUNEHUB_TEMPLATE_MODULES"
 
-_templates: dict[str, Template] = {}
-_loaded_plugins: set[str] = set()
-_lock = threading.RLock()
+# Kept under its old name: callers catch a missing template as UnknownTemplate.
+UnknownTemplate = UnknownName
 
 
-class UnknownTemplate(KeyError):
-    """No template is registered under the name. ``args[0]`` is a readable message."""
+def _as_template(loaded: object) -> Template:
+    """An entry point names a Template subclass (instantiated here) or an instance."""
+    item = loaded() if isinstance(loaded, type) else loaded
+    if not isinstance(item, Template):
+        raise TypeError(f"{loaded!r} is not a tunehub Template")
+    return item
 
-    def __init__(self, name: str, known: tuple[str, ...]) -> None:
-        super().__init__(f"unknown template {name!r}; known: {', '.join(known) or 'none'}")
-        self.name = name
-        self.known = known
 
-    def __str__(self) -> str:
-        return str(self.args[0])
+TEMPLATES: Registry[Template] = Registry(
+    "tunehub.templates", kind="template", env_var=PLUGINS_ENV, coerce=_as_template
+)
 
 
 def register(template: Template) -> Template:
     """Make ``template`` available under ``template.name`` (replacing one of the same name)."""
     if not getattr(template, "name", ""):
         raise ValueError("a template needs a non-empty name")
-    with _lock:
-        if template.name in _templates and _templates[template.name] is not template:
-            log.info("template %s replaced by %r", template.name, template)
-        _templates[template.name] = template
-    return template
-
-
-def _load_plugins() -> None:
-    """Import the modules named in $TUNEHUB_TEMPLATE_MODULES not imported yet."""
-    names = [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
-    with _lock:
-        for module in names:
-            if module in _loaded_plugins:
-                continue
-            importlib.import_module(module)  # a failing import raises again on the next lookup
-            _loaded_plugins.add(module)
-            log.debug("loaded template plugin module %s", module)
+    return TEMPLATES.register(template.name, template)
 
 
 def get_template(name: str) -> Template:
@@ -70,19 +49,12 @@ def get_template(name: str) -> Template:
 
     ImportError (or whatever a plugin module raises) if a plugin module cannot be imported.
     """
-    _load_plugins()
-    with _lock:
-        template = _templates.get(name)
-        if template is None:
-            raise UnknownTemplate(name, tuple(sorted(_templates)))
-        return template
+    return TEMPLATES.get(name)
 
 
 def template_names() -> tuple[str, ...]:
     """Names of all registered templates, sorted."""
-    _load_plugins()
-    with _lock:
-        return tuple(sorted(_templates))
+    return TEMPLATES.names()
 
 
 register(BlisGemmTemplate())

@@ -11,11 +11,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 import tunehub
-from tunehub.core import InvalidSpec, local_cpu_target
+from tunehub.core import LOCAL_CPU, InvalidSpec, Target, local_cpu_target
 from tunehub.db import ScheduleStore, SqlScheduleStore, check_at_head
+from tunehub.kernels.base import TimingPolicy
 from tunehub.service import dashboard
 from tunehub.service.routes_jobs import router as jobs_router
 from tunehub.service.routes_schedules import router as schedules_router
+from tunehub.service.routes_targets import router as targets_router
 from tunehub.service.runner import JobRunner
 from tunehub.service.schemas import HealthOut
 from tunehub.service.settings import Settings
@@ -25,16 +27,42 @@ from tunehub.workers.local import LocalMeasurer
 log = logging.getLogger(__name__)
 
 
-def local_measurer_factory(settings: Settings) -> Callable[[], Measurer]:
+def local_measurer_factory(settings: Settings, device: str = "cpu") -> Callable[[], Measurer]:
+    """Builds the LocalMeasurer of one device with the service's settings."""
+
     def make() -> Measurer:
         return LocalMeasurer(
+            device=device,
             build_dir=settings.build_dir,
+            timing=TimingPolicy(
+                min_secs=settings.min_repeat_secs, max_repeats=settings.max_repeats
+            ),
             timeout_secs=settings.measure_timeout_secs,
-            min_secs=settings.min_repeat_secs,
-            max_repeats=settings.max_repeats,
+            max_candidate_secs=settings.max_candidate_secs,
+            build_timeout_secs=settings.build_timeout_secs,
+            builders=settings.builders,
         )
 
     return make
+
+
+def start_workers(
+    runner: JobRunner, settings: Settings, cpu_factory: Callable[[], Measurer]
+) -> dict[str, Target]:
+    """One worker for the CPU and one per GPU (``settings.gpus``); returns the local aliases
+    (``local-cpu``, ``local-cuda:N``) of their targets. A GPU that cannot be fingerprinted
+    (no torch, a broken driver) is skipped with a warning."""
+    aliases = {LOCAL_CPU: runner.add_worker(cpu_factory, device="cpu").target}
+    for index in settings.gpu_indices():
+        device = f"cuda:{index}"
+        try:
+            worker = runner.add_worker(local_measurer_factory(settings, device), device=device)
+        except Exception as exc:
+            log.warning("no worker for %s: %s", device, exc)
+            continue
+        aliases[f"local-{device}"] = worker.target
+        aliases.setdefault("local-cuda", worker.target)
+    return aliases
 
 
 def create_app(
@@ -58,10 +86,12 @@ def create_app(
             app.state.store = store
         # Stored once here, so lookups (the compilers' hot path) never write.
         app.state.store.put_target(local_cpu_target())
+        app.state.local_targets = {LOCAL_CPU: local_cpu_target()}
         runner: JobRunner | None = None
         if settings.run_jobs:
-            runner = JobRunner(
-                app.state.store, measurer_factory or local_measurer_factory(settings)
+            runner = JobRunner(app.state.store)
+            app.state.local_targets = start_workers(
+                runner, settings, measurer_factory or local_measurer_factory(settings)
             )
             runner.start()
         app.state.runner = runner
@@ -117,10 +147,12 @@ def create_app(
             version=tunehub.__version__,
             database=type(request.app.state.store).__name__,
             runner=runner is not None and runner.alive,
+            workers=[w.device for w in runner.workers] if runner is not None else [],
         )
 
     app.include_router(jobs_router)
     app.include_router(schedules_router)
+    app.include_router(targets_router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -21,15 +22,31 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
+def get_local_targets(request: Request) -> dict[str, Target]:
+    targets: dict[str, Target] = getattr(request.app.state, "local_targets", {})
+    return targets
+
+
 StoreDep = Annotated[ScheduleStore, Depends(get_store)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+LocalTargetsDep = Annotated[dict[str, Target], Depends(get_local_targets)]
 
 
-def resolve_target(store: ScheduleStore, name: str, *, field: str = "target") -> Target:
-    """``local-cpu`` → this machine's CPU; otherwise a stored target key."""
+def resolve_target(
+    store: ScheduleStore,
+    name: str,
+    *,
+    local: Mapping[str, Target] | None = None,
+    field: str = "target",
+) -> Target:
+    """A target named by an alias of this service's own devices (``local-cpu``,
+    ``local-cuda:0``) or by a stored target key."""
+    if local and name in local:
+        return local[name]
     if name == LOCAL_CPU:
         return local_cpu_target()  # stored once when the app starts
     target_or_none = store.get_target(name)
     if target_or_none is None:
-        raise InvalidSpec(field, f"unknown target {name!r}: use 'local-cpu' or a stored target key")
+        aliases = ", ".join(sorted({LOCAL_CPU, *(local or {})}))
+        raise InvalidSpec(field, f"unknown target {name!r}: use {aliases} or a stored target key")
     return target_or_none

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from tunehub.core import LOCAL_CPU, Workload
+from tunehub.core import LOCAL_CPU, InvalidSpec, Workload
 from tunehub.core.workload import MAX_DIM
-from tunehub.service.deps import StoreDep, resolve_target
+from tunehub.service.deps import LocalTargetsDep, StoreDep, resolve_target
 from tunehub.service.schemas import Dtype, Epilogue, Layout, Op, ScheduleOut
 from tunehub.tuner.lookup import find_schedule
 
@@ -26,15 +26,23 @@ QueryDim = Annotated[int, Query(ge=1, le=MAX_DIM)]
 )
 def best_schedule(
     store: StoreDep,
+    local: LocalTargetsDep,
     m: QueryDim,
     n: QueryDim,
     k: QueryDim,
     op: Op = "matmul",
     dtype: Dtype = "float32",
-    layout: Layout = "row_major",
+    a_layout: Layout = "row_major",
+    b_layout: Layout = "row_major",
     epilogue: Epilogue = "none",
+    allow_tf32: bool = False,
     target: Annotated[
-        str, Query(min_length=1, max_length=64, description="`local-cpu` or a target key.")
+        str,
+        Query(
+            min_length=1,
+            max_length=64,
+            description="`local-cpu`, `local-cuda:N` or a target key.",
+        ),
     ] = LOCAL_CPU,
     template: Annotated[str | None, Query(max_length=64)] = None,
 ) -> ScheduleOut:
@@ -42,8 +50,21 @@ def best_schedule(
 
     Never tunes: an unknown workload is a 404 (submit a job to tune it).
     """
-    workload = Workload(op=op, m=m, n=n, k=k, dtype=dtype, layout=layout, epilogue=epilogue)
-    tgt = resolve_target(store, target)
+    try:
+        workload = Workload(
+            op=op,
+            m=m,
+            n=n,
+            k=k,
+            dtype=dtype,
+            a_layout=a_layout,
+            b_layout=b_layout,
+            epilogue=epilogue,
+            allow_tf32=allow_tf32,
+        )
+    except InvalidSpec as exc:
+        raise InvalidSpec(exc.field, exc.reason) from None
+    tgt = resolve_target(store, target, local=local)
     answer = find_schedule(store, workload, tgt, template=template)
     if answer is None:
         raise HTTPException(

@@ -1,12 +1,22 @@
-"""JobRunner: claims queued jobs and runs a tuning Session for each, in a background thread."""
+"""JobRunner: this process's workers (one per device) and the threads that run their jobs.
+
+Each worker measures on one device of this host (the CPU, a GPU) and is registered in the store
+with its target and a heartbeat, so ``GET /api/v1/targets`` shows it live and jobs for its
+target are claimed by it. A job for a target with no live worker stays queued.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from tunehub.core import Job, JobState, local_cpu_target
+from tunehub.core import Job, JobState, Target, Worker, utc_now
 from tunehub.core.owner import owner_alive, process_owner
 from tunehub.db.store import JobNotFound, ScheduleStore
 from tunehub.tuner import Progress, session_for_job
@@ -14,29 +24,95 @@ from tunehub.workers.base import Measurer
 
 log = logging.getLogger(__name__)
 
+HEARTBEAT_SECS = 5.0
+
+
+@dataclass(eq=False)
+class DeviceWorker:
+    """One device this process measures on: its measurer, target and registration."""
+
+    device: str
+    measurer: Measurer
+    target: Target
+    worker_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    thread: threading.Thread | None = None
+    current_job: int | None = None
+
+    def record(self) -> Worker:
+        now = utc_now()
+        return Worker(
+            worker_id=self.worker_id,
+            target_key=self.target.target_key,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            kind="local",
+            device=self.device,
+            started_at=now,
+            heartbeat_at=now,
+            info={"label": self.target.label, "capacity": self.measurer.capacity},
+        )
+
 
 class JobRunner:
-    """One thread that runs jobs one after another on this machine's CPU.
+    """Runs queued jobs on this process's workers, one job at a time per worker.
 
-    On stop it interrupts the Session between batches and puts the job back in the queue; on
-    start it requeues jobs left RUNNING by a process that has died (a crash, a kill). Either
-    way the job's next Session resumes from its stored records.
+    On stop it interrupts each Session (in-flight candidates are killed and recorded as
+    ``cancelled``) and puts the job back in the queue; on start it requeues jobs left RUNNING
+    by a process that has died (a crash, a kill). Either way the job's next Session resumes
+    from its stored records.
+
+    ``add_worker`` registers a device at any time; a job that was waiting for a worker of its
+    target starts as soon as one is registered.
     """
 
     def __init__(
         self,
         store: ScheduleStore,
-        measurer_factory: Callable[[], Measurer],
+        measurer_factory: Callable[[], Measurer] | None = None,
         *,
         poll_secs: float = 0.5,
+        heartbeat_secs: float = HEARTBEAT_SECS,
     ) -> None:
         self.store = store
-        self.measurer_factory = measurer_factory
         self.poll_secs = poll_secs
+        self.heartbeat_secs = heartbeat_secs
         self.owner = process_owner()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._measurer: Measurer | None = None
+        self._lock = threading.Lock()
+        self._workers: list[DeviceWorker] = []
+        self._started = False
+        self._heartbeat: threading.Thread | None = None
+        if measurer_factory is not None:
+            self.add_worker(measurer_factory)
+
+    @property
+    def workers(self) -> list[DeviceWorker]:
+        with self._lock:
+            return list(self._workers)
+
+    def add_worker(
+        self,
+        measurer_factory: Callable[[], Measurer],
+        *,
+        device: str = "cpu",
+        target: Target | None = None,
+    ) -> DeviceWorker:
+        """Register a worker for the device the factory's measurer measures on (its
+        fingerprint, or ``target``), and serve its target's jobs once the runner runs."""
+        measurer = measurer_factory()
+        found = target or measurer.target
+        if found is None:
+            measurer.close()
+            raise ValueError("the measurer names no target: pass target=")
+        worker = DeviceWorker(device=device, measurer=measurer, target=found)
+        self.store.put_target(found)
+        self.store.register_worker(worker.record())
+        with self._lock:
+            self._workers.append(worker)
+            if self._started:
+                self._start_worker(worker)
+        log.info("worker %s: %s on %s", worker.worker_id[:8], device, found.short_label)
+        return worker
 
     def requeue_orphans(self) -> list[int]:
         """Put back to QUEUED the RUNNING jobs whose process has gone (a crash, a kill, a
@@ -59,30 +135,63 @@ class JobRunner:
 
     @property
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        with self._lock:
+            return any(w.thread is not None and w.thread.is_alive() for w in self._workers)
 
     def start(self) -> None:
         self.requeue_orphans()
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="tunehub-runner", daemon=True)
-        self._thread.start()
+        with self._lock:
+            self._started = True
+            for worker in self._workers:
+                self._start_worker(worker)
+        self._heartbeat = threading.Thread(
+            target=self._heartbeat_loop, name="tunehub-heartbeat", daemon=True
+        )
+        self._heartbeat.start()
+
+    def _start_worker(self, worker: DeviceWorker) -> None:
+        worker.thread = threading.Thread(
+            target=self._loop, args=(worker,), name=f"tunehub-runner-{worker.device}", daemon=True
+        )
+        worker.thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self._measurer is not None:
-            self._measurer.close()
-            self._measurer = None
+        for worker in self.workers:
+            if worker.thread is not None:
+                worker.thread.join(timeout)
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout)
+        for worker in self.workers:
+            worker.measurer.close()
+            try:
+                self.store.remove_worker(worker.worker_id)
+            except Exception:
+                log.exception("could not unregister worker %s", worker.worker_id)
 
-    def _loop(self) -> None:
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_secs):
+            for worker in self.workers:
+                try:
+                    if not self.store.heartbeat_worker(worker.worker_id):
+                        self.store.register_worker(worker.record())
+                except Exception:
+                    log.exception("heartbeat of worker %s failed", worker.worker_id[:8])
+
+    def _loop(self, worker: DeviceWorker) -> None:
+        keys = {worker.target.target_key}
         while not self._stop.is_set():
             try:
-                job = self.store.claim_job(owner=self.owner)
+                job = self.store.claim_job(owner=self.owner, target_keys=keys)
                 if job is None:
                     self._stop.wait(self.poll_secs)
                     continue
-                self.run_job(job)
+                worker.current_job = job.id
+                try:
+                    self.run_job(job, worker)
+                finally:
+                    worker.current_job = None
             except Exception:  # a database hiccup must not kill the runner
                 log.exception("the job runner hit an error; it goes on")
                 self._stop.wait(self.poll_secs * 4)
@@ -95,18 +204,17 @@ class JobRunner:
         except JobNotFound:
             return True
 
-    def run_job(self, job: Job) -> None:
-        """Run one claimed (RUNNING) job to its end and record how it ended."""
-        log.info("job %d: tuning %s", job.id, job.spec.workload.label)
+    def run_job(self, job: Job, worker: DeviceWorker | None = None) -> None:
+        """Run one claimed (RUNNING) job to its end on ``worker`` and record how it ended."""
+        if worker is None:
+            found = [w for w in self.workers if w.target.target_key == job.spec.target_key]
+            if not found:
+                self._finish(job.id, JobState.FAILED, "no worker of its target in this process")
+                return
+            worker = found[0]
+        log.info("job %d: tuning %s on %s", job.id, job.spec.workload.label, worker.device)
+        poll = _Throttle(lambda: self._cancelled(job.id), every_secs=0.25)
         try:
-            target = local_cpu_target()
-            if job.spec.target_key != target.target_key:
-                raise RuntimeError(
-                    f"no worker here for target {job.spec.target_key[:12]}: this service "
-                    f"measures only on {target.label} ({target.target_key[:12]})"
-                )
-            if self._measurer is None:
-                self._measurer = self.measurer_factory()
 
             def report(p: Progress) -> None:
                 log.info("job %d: %d/%d trials", job.id, p.trials_done, p.max_trials)
@@ -114,11 +222,12 @@ class JobRunner:
             result = session_for_job(
                 job.spec,
                 store=self.store,
-                measurer=self._measurer,
-                target=target,
+                measurer=worker.measurer,
+                target=worker.target,
                 job_id=job.id,
                 on_progress=report,
-                should_stop=lambda: self._cancelled(job.id),
+                should_stop=poll,
+                tuning_secs_before=job.tuning_secs,
             ).run()
         except Exception as exc:
             log.exception("job %d failed", job.id)
@@ -128,7 +237,9 @@ class JobRunner:
             if self._stop.is_set():  # shutdown: back to the queue, to resume from its records
                 self.store.set_job_state(job.id, JobState.QUEUED, only_from=(JobState.RUNNING,))
             return  # or cancelled by request, and the cancel already set the state
-        if result.best is not None or (
+        if result.stopped_by == "worker_error":
+            self._finish(job.id, JobState.FAILED, result.error)
+        elif result.best is not None or (
             result.stopped_by == "exhausted" and result.trials_done == 0
         ):
             # (The second case: earlier jobs measured every config; the Schedule has them all.)
@@ -145,3 +256,21 @@ class JobRunner:
             self.store.set_job_state(job_id, state, error=error, only_from=(JobState.RUNNING,))
         except JobNotFound:
             log.warning("job %d vanished while running", job_id)
+
+
+class _Throttle:
+    """Calls ``check`` at most every ``every_secs`` (a store read), answering the last value
+    in between; once true it stays true."""
+
+    def __init__(self, check: Callable[[], bool], every_secs: float) -> None:
+        self._check = check
+        self._every = every_secs
+        self._last = float("-inf")
+        self._value = False
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if not self._value and now - self._last >= self._every:
+            self._last = now
+            self._value = self._check()
+        return self._value

@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tunehub.core import LOCAL_CPU, Job, MeasureRecord, Target, Workload
-from tunehub.core.job import MAX_SECS, MAX_TRIALS, STRATEGIES
+from tunehub.core import LOCAL_CPU, Job, MeasureRecord, MeasureStatus, Target, Worker, Workload
+from tunehub.core.job import MAX_SECS, MAX_TRIALS, NAME_LENGTHS
 from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, MAX_DIM, OPS
 
 Dim = Annotated[int, Field(ge=1, le=MAX_DIM, strict=True)]
@@ -16,7 +16,7 @@ Op = Literal[OPS]  # type: ignore[valid-type]
 Dtype = Literal[DTYPES]  # type: ignore[valid-type]
 Layout = Literal[LAYOUTS]  # type: ignore[valid-type]
 Epilogue = Literal[EPILOGUES]  # type: ignore[valid-type]
-StrategyName = Literal[STRATEGIES]  # type: ignore[valid-type]
+Status = Literal[tuple(s.value for s in MeasureStatus)]  # type: ignore[valid-type]
 
 
 class _Strict(BaseModel):
@@ -24,18 +24,31 @@ class _Strict(BaseModel):
 
 
 class WorkloadSpec(_Strict):
-    """A GEMM C[m,n] = A[m,k] @ B[k,n] (+ epilogue), row-major."""
+    """A GEMM C[m,n] = epilogue(A[m,k] @ B[k,n] + bias[n]); C is row-major."""
 
     op: Op = Field(default="matmul", description="Operator; only `matmul` so far.")
     m: Dim = Field(description="Rows of A and C.")
     n: Dim = Field(description="Columns of B and C.")
     k: Dim = Field(description="Columns of A, rows of B.")
-    dtype: Dtype = Field(default="float32", description="Element type of A, B and C.")
-    layout: Layout = Field(default="row_major", description="Memory layout of A, B and C.")
+    dtype: Dtype = Field(
+        default="float32",
+        description="Element type of A and B (and of C, except float8_e4m3, whose C is float16).",
+    )
+    a_layout: Layout = Field(default="row_major", description="How A (M x K) is stored.")
+    b_layout: Layout = Field(
+        default="row_major",
+        description="How B (K x N) is stored; `col_major` is a row-major N x K matrix, as a "
+        "linear layer's weight.",
+    )
     epilogue: Epilogue = Field(
         default="none",
         description="Fused after the product: `bias` adds bias[n] to each row, `bias_relu` "
-        "then clamps at zero.",
+        "then clamps at zero, `bias_gelu` applies GELU (erf form) instead.",
+    )
+    allow_tf32: bool = Field(
+        default=False,
+        strict=True,
+        description="float32 only: allow TensorFloat-32 products where the device has them.",
     )
 
     def to_core(self) -> Workload:
@@ -49,7 +62,12 @@ class BudgetSpec(_Strict):
         default=32, ge=1, le=MAX_TRIALS, strict=True, description="Stop after this many trials."
     )
     max_secs: float = Field(
-        default=300.0, gt=0, le=MAX_SECS, description="Stop after this much wall time."
+        default=300.0,
+        gt=0,
+        le=MAX_SECS,
+        strict=True,
+        description="Stop after this much tuning time (over every run of the job; the "
+        "baseline library's and the final confirmation's timings are not counted).",
     )
 
 
@@ -61,14 +79,26 @@ class JobRequest(_Strict):
         default=LOCAL_CPU,
         min_length=1,
         max_length=64,
-        description="`local-cpu` (the service's own CPU) or a stored target key.",
+        description="`local-cpu` (the service's own CPU), `local-cuda:N` (its GPU N), or any "
+        "stored target key (`GET /api/v1/targets`); a job for a target with no live worker "
+        "waits in the queue.",
     )
     template: str = Field(
-        default="blis.gemm", min_length=1, max_length=64, description="Kernel template to tune."
+        default="blis.gemm",
+        min_length=1,
+        max_length=NAME_LENGTHS["template"],
+        description="Kernel template to tune (`blis.gemm` on CPUs, `triton.gemm` on GPUs).",
     )
-    strategy: StrategyName = Field(default="random", description="Search strategy.")
+    strategy: str = Field(
+        default="random",
+        min_length=1,
+        max_length=NAME_LENGTHS["strategy"],
+        description="Search strategy, by registered name (`random`, `exhaustive`, …).",
+    )
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="When to stop.")
-    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seed of the strategy.")
+    seed: int = Field(
+        default=0, ge=0, le=2**31 - 1, strict=True, description="Seed of the strategy."
+    )
 
     model_config = ConfigDict(
         extra="forbid",
@@ -102,7 +132,15 @@ class JobOut(BaseModel):
     strategy: str = Field(description="Search strategy.")
     budget: BudgetSpec = Field(description="When the job stops.")
     seed: int = Field(description="Seed of the strategy.")
-    trials_done: int = Field(description="Trials measured so far (every status counts).")
+    trials_done: int = Field(
+        description="Trials measured so far: every verdict counts (ok or a failure of the "
+        "config), machine failures and cancelled candidates do not."
+    )
+    tuning_secs: float = Field(description="Tuning time spent so far, over every run.")
+    waiting_for: str | None = Field(
+        description="Why a queued job is not running yet (e.g. `waiting for a worker of "
+        "target …`); null otherwise."
+    )
     best_gflops: float | None = Field(description="Best GFLOP/s among `ok` trials so far.")
     best_median_secs: float | None = Field(description="Median time of the best trial.")
     best_record_uid: str | None = Field(description="uid of the best record so far.")
@@ -112,7 +150,9 @@ class JobOut(BaseModel):
     error: str = Field(description="Why it failed or was cancelled; empty otherwise.")
 
     @classmethod
-    def from_core(cls, job: Job, target: Target | None) -> JobOut:
+    def from_core(
+        cls, job: Job, target: Target | None, *, waiting_for: str | None = None
+    ) -> JobOut:
         w = job.spec.workload
         return cls(
             id=job.id,
@@ -127,6 +167,8 @@ class JobOut(BaseModel):
             budget=BudgetSpec(**job.spec.budget.to_dict()),
             seed=job.spec.seed,
             trials_done=job.trials_done,
+            tuning_secs=job.tuning_secs,
+            waiting_for=waiting_for,
             best_gflops=job.best_gflops,
             best_median_secs=job.best_median_secs,
             best_record_uid=job.best_record_uid,
@@ -150,10 +192,14 @@ class RecordOut(BaseModel):
     """One measurement of one config."""
 
     uid: str = Field(description="Record id.")
+    seq: int = Field(
+        description="The store's sequence number: pass it as `after` for the next page."
+    )
     trial: int = Field(description="1-based position of this record in its job.")
     config: dict[str, Any] = Field(description="Knob values, spelled as the kernel spells them.")
-    status: Literal["ok", "invalid", "build_error", "runtime_error", "wrong_answer", "timeout"] = (
-        Field(description="How the measurement ended; only `ok` carries times.")
+    status: Status = Field(  # type: ignore[valid-type]
+        description="How the measurement ended; only `ok` carries times. `cancelled` and "
+        "`worker_error` are the machine's doing, not the config's: they are not trials."
     )
     median_secs: float | None = Field(description="Median of `repeat_secs`; null unless ok.")
     gflops: float | None = Field(description="2·m·n·k / median_secs / 1e9; null unless ok.")
@@ -169,6 +215,7 @@ class RecordOut(BaseModel):
         res = record.result
         return cls(
             uid=record.uid,
+            seq=record.seq or 0,
             trial=trial,
             config=record.config.to_dict(),
             status=res.status.value,
@@ -184,9 +231,14 @@ class RecordOut(BaseModel):
 
 
 class RecordListOut(BaseModel):
-    """Every record of a job, oldest first."""
+    """A page of a job's records, in the order they were stored."""
 
     items: list[RecordOut] = Field(description="The records.")
+    total: int = Field(description="Records the job has, on every page.")
+    next_after: int | None = Field(
+        description="Pass as `after` to get the records stored after this page (the last "
+        "item's `seq`); null when the page is empty."
+    )
 
 
 class BaselineOut(BaseModel):
@@ -194,6 +246,11 @@ class BaselineOut(BaseModel):
 
     template: str = Field(description="Baseline template, e.g. `numpy.matmul`.")
     library: str = Field(description="The library behind it, e.g. `openblas 0.3.31`.")
+    kernel: str = Field(
+        description="The library's kernel that ran, where it says (OpenBLAS's core type, "
+        "e.g. `SkylakeX`); empty if unknown."
+    )
+    config: dict[str, Any] = Field(description="How the library was run (threads, TF32, …).")
     threads: int = Field(description="Threads the library was allowed.")
     median_secs: float = Field(description="Its median time.")
     gflops: float = Field(description="Its GFLOP/s.")
@@ -202,9 +259,9 @@ class BaselineOut(BaseModel):
 
 
 class BaselineListOut(BaseModel):
-    """The vendor library's times for a job's workload and target, one per thread count."""
+    """The vendor library's times for a job's workload and target, one per config."""
 
-    items: list[BaselineOut] = Field(description="Baselines, fewest threads first.")
+    items: list[BaselineOut] = Field(description="Baselines, by template, oldest first.")
 
 
 class ScheduleOut(BaseModel):
@@ -215,6 +272,16 @@ class ScheduleOut(BaseModel):
     template_version: int = Field(description="Version of that template.")
     median_secs: float = Field(description="Median time of the schedule's record.")
     gflops: float = Field(description="GFLOP/s of the schedule's record.")
+    confirmed_median_secs: float | None = Field(
+        description="The winner re-timed at the end of a job, interleaved with the runners-up "
+        "(median of the rounds' medians); null until confirmed. Quote this one."
+    )
+    confirmed_gflops: float | None = Field(description="GFLOP/s at the confirmed median.")
+    confirmed_spread: float | None = Field(
+        description="(max - min) / median of the confirmation rounds' medians."
+    )
+    confirmed_rounds: int | None = Field(description="Confirmation rounds.")
+    confirmed_at: datetime | None = Field(description="When it was confirmed (UTC).")
     source: Literal["exact", "family"] = Field(
         description="`exact`: tuned on this target; `family`: tuned on another target of the "
         "same CPU model and ISA."
@@ -235,6 +302,80 @@ class ScheduleOut(BaseModel):
     )
 
 
+class WorkerOut(BaseModel):
+    """A worker measuring on one device of a target."""
+
+    worker_id: str = Field(description="Worker id.")
+    host: str = Field(description="Host it runs on.")
+    pid: int = Field(description="Its process id there.")
+    kind: str = Field(description="How it runs (`local`: inside a tunehub service process).")
+    device: str = Field(description="The device on its host, e.g. `cpu`, `cuda:0`.")
+    started_at: datetime = Field(description="When it registered (UTC).")
+    heartbeat_at: datetime = Field(description="When it last reported (UTC).")
+
+    @classmethod
+    def from_core(cls, worker: Worker) -> WorkerOut:
+        return cls(
+            worker_id=worker.worker_id,
+            host=worker.host,
+            pid=worker.pid,
+            kind=worker.kind,
+            device=worker.device,
+            started_at=worker.started_at,
+            heartbeat_at=worker.heartbeat_at,
+        )
+
+
+class TargetOut(BaseModel):
+    """A device fingerprint and its live workers."""
+
+    target_key: str = Field(description="sha256 of the whole fingerprint (device + toolchain).")
+    family_key: str = Field(description="sha256 of kind, name and arch only.")
+    label: str = Field(description="Readable: kind, name, cores or SMs, arch.")
+    kind: str = Field(description="`cpu` or `cuda`.")
+    name: str = Field(description="CPU model or GPU name.")
+    vendor: str = Field(description="Vendor, where the fingerprint has it.")
+    arch: list[str] = Field(description="ISA flags (CPU) or compute capability (GPU).")
+    cores: int = Field(description="Usable CPU cores, or streaming multiprocessors.")
+    memory_bytes: int = Field(description="Device memory (0 where not fingerprinted).")
+    l1d_bytes: int = Field(description="L1 data cache per core (0 if unknown).")
+    l2_bytes: int = Field(description="L2 cache (per core on CPUs; 0 if unknown).")
+    l3_bytes: int = Field(description="L3 cache (0 if unknown).")
+    toolchain: dict[str, str] = Field(description="Compiler, driver and library versions.")
+    properties: dict[str, Any] = Field(description="What else spaces depend on (GPUs).")
+    live: bool = Field(description="Whether a worker of this target reported recently.")
+    aliases: list[str] = Field(description="Names this service also accepts, e.g. `local-cpu`.")
+    workers: list[WorkerOut] = Field(description="Its live workers.")
+
+    @classmethod
+    def from_core(cls, target: Target, workers: list[Worker], aliases: list[str]) -> TargetOut:
+        return cls(
+            target_key=target.target_key,
+            family_key=target.family_key,
+            label=target.label,
+            kind=target.kind,
+            name=target.name,
+            vendor=target.vendor,
+            arch=list(target.arch),
+            cores=target.cores,
+            memory_bytes=target.memory_bytes,
+            l1d_bytes=target.l1d_bytes,
+            l2_bytes=target.l2_bytes,
+            l3_bytes=target.l3_bytes,
+            toolchain=dict(target.toolchain),
+            properties=dict(target.properties),
+            live=bool(workers),
+            aliases=aliases,
+            workers=[WorkerOut.from_core(w) for w in workers],
+        )
+
+
+class TargetListOut(BaseModel):
+    """Every stored target, live ones first."""
+
+    items: list[TargetOut] = Field(description="The targets.")
+
+
 class HealthOut(BaseModel):
     """Liveness."""
 
@@ -242,3 +383,4 @@ class HealthOut(BaseModel):
     version: str = Field(description="tunehub version.")
     database: str = Field(description="Kind of store behind the service.")
     runner: bool = Field(description="Whether this process's job runner is alive.")
+    workers: list[str] = Field(description="Devices this process measures on, e.g. `cpu`.")

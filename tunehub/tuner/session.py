@@ -1,48 +1,74 @@
-"""Session: the tuning loop that serves one job (ask → measure → store → tell, to a budget)."""
+"""Session: the tuning loop that serves one job (ask → measure → store → tell, to a budget).
+
+The loop keeps the measurer full (``measurer.capacity`` requests in flight, so the device
+times one candidate while the next ones build), stores each result the moment it arrives
+(with the tuning time spent since the last store), and tells the strategy. It stops on the
+budget (trials, or tuning seconds over every run of the job), an exhausted space, a cancel or
+shutdown (in-flight candidates are killed and recorded as ``cancelled``), or repeated machine
+failures. Then it re-times the fastest configs, interleaved, and the Schedule keeps the
+confirmed winner.
+"""
 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
 
 from tunehub.core import (
     Budget,
     Config,
+    Confirmation,
     JobSpec,
     MeasureRecord,
     MeasureRequest,
+    MeasureResult,
     MeasureStatus,
     Target,
     Workload,
+    utc_now,
 )
 from tunehub.db.store import ScheduleStore
 from tunehub.kernels.base import Template
 from tunehub.kernels.registry import get_template
-from tunehub.tuner.strategy import Strategy, make_strategy
+from tunehub.tuner.history import HistoryView, StoreHistory
+from tunehub.tuner.strategy import Strategy, StrategyContext, make_strategy
 from tunehub.workers.base import Measurer
 
 log = logging.getLogger(__name__)
 
+CONFIRM_TOP = 3
+CONFIRM_ROUNDS = 3
+MAX_MACHINE_FAILURES = 3
+POLL_SECS = 0.1
+
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a session stands after a batch."""
+    """Where a session stands after a record arrived."""
 
     trials_done: int
     max_trials: int
-    elapsed_secs: float
+    elapsed_secs: float  # tuning seconds, over every run of the job
     best: MeasureRecord | None
     last: tuple[MeasureRecord, ...]
+    in_flight: int = 0
 
 
 @dataclass(frozen=True)
 class SessionResult:
     trials_done: int
     best: MeasureRecord | None
-    stopped_by: str  # "max_trials" | "max_secs" | "exhausted" | "cancelled"
-    elapsed_secs: float
+    # "max_trials" | "max_secs" | "exhausted" | "cancelled" | "worker_error"
+    stopped_by: str
+    elapsed_secs: float  # tuning seconds of this run
+    confirmation: Confirmation | None = None
+    error: str = ""
+    machine_failures: int = 0
+    baselines: tuple[MeasureRecord, ...] = field(default=())
 
 
 def _faster(a: MeasureRecord | None, b: MeasureRecord) -> MeasureRecord | None:
@@ -58,10 +84,12 @@ class Session:
     """Runs the tuning loop for one workload on one target with one template.
 
     History is told to the strategy first, so no config is measured twice: the job's own
-    records when it resumes after a restart (they count against its budget), and the records
-    earlier jobs stored for the same workload, target and template version (they do not count;
-    the job explores configs the fleet has not tried, and the Schedule keeps the best of all).
-    ``max_secs`` counts the wall time of this run only.
+    records when it resumes after a restart (its verdicts count against its budget), and the
+    verdicts earlier jobs stored for the same workload, target and template version (they do
+    not count; the job explores configs the fleet has not tried, and the Schedule keeps the
+    best of all). Timeouts of other jobs are not told: a loaded machine may have caused them.
+    ``tuning_secs_before`` is the tuning time earlier runs of the job spent (``max_secs``
+    counts both).
     """
 
     def __init__(
@@ -75,10 +103,14 @@ class Session:
         target: Target,
         budget: Budget,
         job_id: int | None = None,
-        batch_size: int = 2,
+        history: HistoryView | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         baseline: Template | None = None,
+        tuning_secs_before: float = 0.0,
+        confirm_top: int = CONFIRM_TOP,
+        confirm_rounds: int = CONFIRM_ROUNDS,
+        max_machine_failures: int = MAX_MACHINE_FAILURES,
     ) -> None:
         self.store = store
         self.measurer = measurer
@@ -88,150 +120,280 @@ class Session:
         self.target = target
         self.budget = budget
         self.job_id = job_id
-        self.batch_size = max(1, batch_size)
+        self.history = history or strategy.context.history
         self.on_progress = on_progress
         self.should_stop = should_stop or (lambda: False)
         self.baseline = baseline
+        self.tuning_secs_before = tuning_secs_before
+        self.confirm_top = max(0, confirm_top)
+        self.confirm_rounds = max(1, confirm_rounds)
+        self.max_machine_failures = max(1, max_machine_failures)
 
-    def baseline_threads(self) -> tuple[int, ...]:
-        """The thread counts the space offers (its ``threads`` knob), each needing a Baseline."""
-        for knob in self.strategy.space.knobs:
-            if knob.name == "threads":
-                return tuple(sorted({int(v) for v in knob.values}))
-        return (1,)
+    def request(self, config: Config, template: Template | None = None) -> MeasureRequest:
+        template = template or self.template
+        return MeasureRequest(
+            workload=self.workload,
+            target=self.target,
+            template=template.name,
+            template_version=template.version,
+            config=config,
+        )
 
+    # --- baselines ---------------------------------------------------------------------------
     def measure_baselines(self) -> list[MeasureRecord]:
-        """Measure the baseline library for every thread count that has no Baseline yet."""
-        if self.baseline is None:
+        """Measure the baseline library's configs that have no Baseline yet (not tuning time)."""
+        baseline = self.baseline
+        if baseline is None:
+            return []
+        problem = baseline.capabilities(self.target).problem(
+            baseline.name, self.workload, self.target
+        )
+        if problem is not None:
+            log.info("no %s baseline for %s: %s", baseline.name, self.workload.label, problem)
             return []
         missing = [
-            threads
-            for threads in self.baseline_threads()
+            config
+            for config in baseline.baseline_configs(self.workload, self.target)
             if self.store.get_baseline(
                 workload_key=self.workload.key,
                 target_key=self.target.target_key,
-                threads=threads,
-                template=self.baseline.name,
+                template=baseline.name,
+                config=config,
             )
             is None
         ]
-        requests = [
-            MeasureRequest(
-                workload=self.workload,
-                target=self.target,
-                template=self.baseline.name,
-                template_version=self.baseline.version,
-                config=Config({"threads": threads}),
-            )
-            for threads in missing
-        ]
-        records = [
-            MeasureRecord(request=req, result=res)
-            for req, res in zip(requests, self.measurer.measure(requests), strict=True)
-        ]
-        for record in records:
+        requests = [self.request(config, baseline) for config in missing]
+        futures = [self.measurer.submit(r) for r in requests]
+        records = []
+        for request, future in zip(requests, futures, strict=True):
+            record = MeasureRecord(request=request, result=self._result(future, futures))
+            records.append(record)
+            if not record.verdict:
+                continue  # a machine failure or a stop: measured again next time
             self.store.commit_baseline(record)
-            if record.median_secs is not None:
-                log.info(
-                    "baseline %s threads=%s: %.2f GFLOP/s",
-                    self.baseline.name,
-                    record.config["threads"],
-                    record.gflops,
-                )
+            if record.gflops is not None:
+                log.info("baseline %s %s: %.2f GFLOP/s", baseline.name, request.config,
+                         record.gflops)  # fmt: skip
             else:
-                log.warning("baseline %s failed: %s", self.baseline.name, record.result.error)
+                log.warning("baseline %s failed: %s", baseline.name, record.result.error)
         return records
 
-    def _history(self) -> list[MeasureRecord]:
-        if self.job_id is None:
-            return []
-        return self.store.job_records(self.job_id)
+    def _result(
+        self, future: Future[MeasureResult], group: Sequence[Future[MeasureResult]]
+    ) -> MeasureResult:
+        """Wait for ``future``, cancelling ``group`` if the session is stopped meanwhile."""
+        while not future.done():
+            wait([future], timeout=POLL_SECS)
+            if not future.done() and self.should_stop():
+                self.measurer.cancel(group)
+        return future.result()
 
-    def _shared_history(self) -> list[MeasureRecord]:
-        """Other jobs' (and job-less runs') records of this template version for this workload
-        on this target: what the fleet already measured, which this job need not repeat."""
-        return [
-            r
-            for r in self.store.records_for(
-                workload_key=self.workload.key,
-                target_key=self.target.target_key,
-                template=self.template.name,
-            )
-            if r.request.template_version == self.template.version
-            and (self.job_id is None or r.job_id != self.job_id)
-            # A timeout may come from a loaded machine rather than the config: try it again.
-            and r.status is not MeasureStatus.TIMEOUT
-        ]
-
+    # --- the loop ----------------------------------------------------------------------------
     def run(self) -> SessionResult:
-        start = time.monotonic()
+        baselines: list[MeasureRecord] = []
         if self.baseline is not None and not self.should_stop():
-            self.measure_baselines()
-        shared = self._shared_history()
+            baselines = self.measure_baselines()
+        own = self.store.job_records(self.job_id) if self.job_id is not None else []
+        own_keys = {r.uid for r in own}
+        shared = [
+            r
+            for r in self.history.records()
+            if r.uid not in own_keys and r.status is not MeasureStatus.TIMEOUT
+        ]
         self.strategy.tell(shared)
-        history = self._history()
-        self.strategy.tell(history)
-        trials = len(history)
+        self.strategy.tell(own)
+        trials = sum(1 for r in own if r.verdict)
         best: MeasureRecord | None = None
-        for record in history:
+        for record in own:
             best = _faster(best, record)
-        if history:
+        if own:
             log.info("job %s resumes with %d stored trials", self.job_id, trials)
         if shared:
             log.info("%d configs already measured by earlier runs are skipped", len(shared))
 
-        stopped_by = "max_trials"
+        start = time.monotonic()
+        committed_at = start
+        in_flight: dict[Future[MeasureResult], MeasureRequest] = {}
+        stopped_by = ""
+        error = ""
+        failures_in_a_row = 0
+        machine_failures = 0
+        exhausted = False
+
+        def spent() -> float:
+            return self.tuning_secs_before + time.monotonic() - start
+
         while True:
-            elapsed = time.monotonic() - start
-            if trials >= self.budget.max_trials:
-                stopped_by = "max_trials"
+            if not stopped_by:
+                if self.should_stop():
+                    stopped_by = "cancelled"
+                elif failures_in_a_row >= self.max_machine_failures:
+                    stopped_by = "worker_error"
+                elif trials >= self.budget.max_trials:
+                    stopped_by = "max_trials"
+                elif spent() >= self.budget.max_secs:
+                    stopped_by = "max_secs"
+                if stopped_by and in_flight:
+                    # The budget or a stop ends the job now: what is in flight is cut short.
+                    self.measurer.cancel(list(in_flight))
+            if not stopped_by and not exhausted:
+                free = max(1, self.measurer.capacity) - len(in_flight)
+                room = self.budget.max_trials - trials - len(in_flight)
+                if free > 0 and room > 0:
+                    configs = self.strategy.ask(min(free, room))
+                    if not configs:
+                        exhausted = True
+                    for config in configs:
+                        request = self.request(config)
+                        in_flight[self.measurer.submit(request)] = request
+            if not in_flight:
+                if not stopped_by:
+                    stopped_by = "exhausted" if exhausted else "max_trials"
                 break
-            if elapsed >= self.budget.max_secs:
-                stopped_by = "max_secs"
-                break
-            if self.should_stop():
-                stopped_by = "cancelled"
-                break
-            configs = self.strategy.ask(min(self.batch_size, self.budget.max_trials - trials))
-            if not configs:
-                stopped_by = "exhausted"
-                break
-            requests = [
-                MeasureRequest(
-                    workload=self.workload,
-                    target=self.target,
-                    template=self.template.name,
-                    template_version=self.template.version,
-                    config=config,
-                )
-                for config in configs
-            ]
-            results = self.measurer.measure(requests)
-            records = [
-                MeasureRecord(request=req, result=res, job_id=self.job_id)
-                for req, res in zip(requests, results, strict=True)
-            ]
-            self.store.commit_records(records)
-            self.strategy.tell(records)
-            trials += len(records)
-            for record in records:
-                best = _faster(best, record)
-            if self.on_progress is not None:
-                self.on_progress(
-                    Progress(
-                        trials_done=trials,
-                        max_trials=self.budget.max_trials,
-                        elapsed_secs=time.monotonic() - start,
-                        best=best,
-                        last=tuple(records),
+            done, _ = wait(list(in_flight), timeout=POLL_SECS, return_when=FIRST_COMPLETED)
+            for future in done:
+                request = in_flight.pop(future)
+                record = MeasureRecord(request=request, result=future.result(), job_id=self.job_id)
+                now = time.monotonic()
+                tuning = {self.job_id: now - committed_at} if self.job_id is not None else None
+                self.store.commit_records([record], tuning_secs=tuning)
+                committed_at = now
+                self.strategy.tell([record])
+                if record.verdict:
+                    trials += 1
+                    failures_in_a_row = 0
+                    best = _faster(best, record)
+                elif record.status is MeasureStatus.WORKER_ERROR:
+                    failures_in_a_row += 1
+                    machine_failures += 1
+                    error = record.result.error
+                if self.on_progress is not None:
+                    self.on_progress(
+                        Progress(
+                            trials_done=trials,
+                            max_trials=self.budget.max_trials,
+                            elapsed_secs=spent(),
+                            best=best,
+                            last=(record,),
+                            in_flight=len(in_flight),
+                        )
                     )
-                )
+        now = time.monotonic()
+        if self.job_id is not None and now > committed_at:
+            self.store.commit_records([], tuning_secs={self.job_id: now - committed_at})
+        elapsed = now - start
+        if stopped_by == "worker_error":
+            error = (
+                f"the worker failed {failures_in_a_row} times in a row without measuring; "
+                f"last: {error}"
+            )
+        confirmation = None
+        if stopped_by in ("max_trials", "max_secs", "exhausted") and not self.should_stop():
+            confirmation = self.confirm()
         return SessionResult(
             trials_done=trials,
             best=best,
             stopped_by=stopped_by,
-            elapsed_secs=time.monotonic() - start,
+            elapsed_secs=elapsed,
+            confirmation=confirmation,
+            error=error,
+            machine_failures=machine_failures,
+            baselines=tuple(baselines),
         )
+
+    # --- confirming the winner -----------------------------------------------------------------
+    def top_records(self) -> list[MeasureRecord]:
+        """The ``confirm_top`` fastest ok records of distinct configs for this workload,
+        target and template version, over every job."""
+        found = self.store.records_for(
+            workload_key=self.workload.key,
+            target_key=self.target.target_key,
+            template=self.template.name,
+        )
+        best: dict[str, MeasureRecord] = {}
+        for record in found:
+            if record.request.template_version != self.template.version:
+                continue
+            if record.status is not MeasureStatus.OK or record.median_secs is None:
+                continue
+            known = best.get(record.config.key)
+            if known is None or record.median_secs < (known.median_secs or 0):
+                best[record.config.key] = record
+        ranked = sorted(best.values(), key=lambda r: r.median_secs or 0.0)
+        return ranked[: self.confirm_top]
+
+    def confirm(self) -> Confirmation | None:
+        """Re-time the top configs in interleaved rounds (A B C A B C …) and make the fastest
+        of them, by the median of its round medians, the Schedule with that confirmation.
+
+        A candidate that fails in any round drops out; its failure is stored as a record (it
+        says something about the config). None if nothing could be confirmed or the session
+        was stopped meanwhile.
+        """
+        if self.confirm_top <= 0:
+            return None
+        top = self.top_records()
+        if not top:
+            return None
+        submitted: list[tuple[MeasureRecord, Future[MeasureResult]]] = []
+        for _ in range(self.confirm_rounds):
+            for record in top:
+                request = self.request(record.config)
+                submitted.append((record, self.measurer.submit(request)))
+        futures = [f for _, f in submitted]
+        medians: dict[str, list[float]] = {r.uid: [] for r in top}
+        dropped: set[str] = set()
+        for record, future in submitted:
+            result = self._result(future, futures)
+            if result.status is MeasureStatus.CANCELLED or self.should_stop():
+                return None
+            if result.status is MeasureStatus.OK and result.median_secs is not None:
+                medians[record.uid].append(result.median_secs)
+                continue
+            if record.uid not in dropped and result.status.verdict:
+                log.warning(
+                    "confirming %s: %s (%s)", record.config, result.status.value, result.error
+                )
+                self.store.commit_records(
+                    [MeasureRecord(self.request(record.config), result, job_id=self.job_id)]
+                )
+            dropped.add(record.uid)
+        confirmed = {
+            uid: statistics.median(times)
+            for uid, times in medians.items()
+            if uid not in dropped and len(times) == self.confirm_rounds
+        }
+        if not confirmed:
+            return None
+        winner = min(confirmed, key=lambda uid: confirmed[uid])
+        times = medians[winner]
+        median = confirmed[winner]
+        confirmation = Confirmation(
+            median_secs=median,
+            spread=(max(times) - min(times)) / median,
+            rounds=self.confirm_rounds,
+            confirmed_at=utc_now(),
+            others={uid: secs for uid, secs in confirmed.items() if uid != winner},
+        )
+        schedule = self.store.confirm_schedule(
+            workload_key=self.workload.key,
+            target_key=self.target.target_key,
+            template=self.template.name,
+            candidates=set(confirmed),
+            winner_uid=winner,
+            confirmation=confirmation,
+        )
+        if schedule is None or schedule.record_uid != winner:
+            log.info("confirmation of %s not kept: the schedule moved meanwhile", winner)
+            return None
+        log.info(
+            "confirmed %s: median %.6gs over %d rounds (spread %.1f%%)",
+            schedule.config,
+            median,
+            self.confirm_rounds,
+            100 * confirmation.spread,
+        )
+        return confirmation
 
 
 def session_for_job(
@@ -243,24 +405,39 @@ def session_for_job(
     job_id: int | None,
     on_progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    tuning_secs_before: float = 0.0,
+    confirm_top: int = CONFIRM_TOP,
 ) -> Session:
-    """The Session that serves ``spec``: its template's space, the strategy seeded with the
-    template's seed configs (its analytical model's points), and the template's baseline
-    library (measured if not stored)."""
+    """The Session that serves ``spec``: its template's space, the strategy (built from the
+    registry with the job's context: the store's history, the template's seed configs), and
+    the template's baseline library (measured if not stored)."""
     template = get_template(spec.template)
-    space = template.space(spec.workload, target)
-    prior = template.seed_configs(spec.workload, target)
+    history = StoreHistory(
+        store, spec.workload, target, template.name, template.version, exclude_job=job_id
+    )
+    context = StrategyContext(
+        space=template.space(spec.workload, target),
+        workload=spec.workload,
+        target=target,
+        template=template,
+        history=history,
+        seed=spec.seed,
+        prior=template.seed_configs(spec.workload, target),
+    )
     baseline = get_template(template.baseline_template) if template.baseline_template else None
     return Session(
         store=store,
         measurer=measurer,
         template=template,
-        strategy=make_strategy(spec.strategy, space, seed=spec.seed, prior=prior),
+        strategy=make_strategy(spec.strategy, context),
         workload=spec.workload,
         target=target,
         budget=spec.budget,
         job_id=job_id,
+        history=history,
         on_progress=on_progress,
         should_stop=should_stop,
         baseline=baseline,
+        tuning_secs_before=tuning_secs_before,
+        confirm_top=confirm_top,
     )

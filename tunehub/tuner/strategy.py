@@ -1,30 +1,66 @@
-"""Search strategies behind one ask/tell interface, and their registry."""
+"""Search strategies behind one ask/tell interface, the context they are built with, their registry.
+
+A strategy is made from a StrategyContext (the space, the workload, the target, the template,
+a read-only view of the store's history for this and similar workloads, a seed, the template's
+seed configs and, optionally, a cost model). The Session owns the loop: it asks for as many
+configs as it has free measurement slots, measures them, and tells the strategy each record as
+it arrives. A strategy never touches the store or the workers.
+
+Strategies are found by name in ``STRATEGIES`` (built-ins, then the ``tunehub.strategies``
+entry points, then modules named in ``$TUNEHUB_STRATEGY_MODULES``).
+"""
 
 from __future__ import annotations
 
 import itertools
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from tunehub.core import Config, MeasureRecord
+from tunehub.core import Config, MeasureRecord, Target, Workload
+from tunehub.core.registry import Registry
+from tunehub.kernels.base import Template
 from tunehub.kernels.space import SearchSpace
+from tunehub.tuner.history import EmptyHistory, HistoryView
+
+if TYPE_CHECKING:
+    from tunehub.cost_model.base import CostModel
+
+
+@dataclass(frozen=True)
+class StrategyContext:
+    """Everything a strategy may read. ``history`` is read-only; ``prior`` are the configs to
+    measure first (the template's analytical model and its variants); ``cost_model`` is the
+    model the strategy may consult and update (None: the strategy runs without one)."""
+
+    space: SearchSpace
+    workload: Workload
+    target: Target
+    template: Template
+    history: HistoryView = field(default_factory=EmptyHistory)
+    seed: int = 0
+    prior: Sequence[Config] = ()
+    cost_model: CostModel | None = None
 
 
 class Strategy(ABC):
     """Proposes configs (``ask``) and learns from measured records (``tell``); the caller loops.
 
-    A strategy never proposes a config it has been told about or already proposed. ``ask``
-    returning an empty list means the space is exhausted. ``prior`` configs (e.g. the
-    template's analytical-model default) are proposed first, in order, when they are valid.
+    A strategy never proposes a config it has been told a verdict about or already proposed.
+    Records whose status is not a verdict (``cancelled``, ``worker_error``) release their
+    config, so it may be proposed again. ``ask`` returning an empty list means the space is
+    exhausted. ``context.prior`` configs are proposed first, in order, when they are valid.
     """
 
     name: str
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[Config] = ()) -> None:
-        self.space = space
-        self.seed = seed
-        self.prior = [c for c in prior if space.is_valid(c)]
+    def __init__(self, context: StrategyContext) -> None:
+        self.context = context
+        self.space = context.space
+        self.seed = context.seed
+        self.prior = [c for c in context.prior if context.space.is_valid(c)]
         self._seen: set[str] = set()
 
     def seen(self, config: Config) -> bool:
@@ -32,7 +68,11 @@ class Strategy(ABC):
 
     def tell(self, records: Sequence[MeasureRecord]) -> None:
         """Learn from measured records (also used to seed from history)."""
-        self._seen.update(r.config.key for r in records)
+        for record in records:
+            if record.verdict:
+                self._seen.add(record.config.key)
+            else:
+                self._seen.discard(record.config.key)
 
     def ask(self, n: int) -> list[Config]:
         """Up to ``n`` configs not seen yet."""
@@ -68,8 +108,8 @@ class RandomStrategy(Strategy):
 
     name = "random"
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[Config] = ()) -> None:
-        super().__init__(space, seed=seed, prior=prior)
+    def __init__(self, context: StrategyContext) -> None:
+        super().__init__(context)
         self._order: list[Config] | None = None
 
     def _candidates(self) -> Sequence[Config]:
@@ -79,19 +119,25 @@ class RandomStrategy(Strategy):
         return self._order
 
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    ExhaustiveStrategy.name: ExhaustiveStrategy,
-    RandomStrategy.name: RandomStrategy,
-}
+StrategyFactory = Callable[[StrategyContext], Strategy]
+
+STRATEGIES: Registry[StrategyFactory] = Registry(
+    "tunehub.strategies", kind="strategy", env_var="TUNEHUB_STRATEGY_MODULES"
+)
+STRATEGIES.register(ExhaustiveStrategy.name, ExhaustiveStrategy)
+STRATEGIES.register(RandomStrategy.name, RandomStrategy)
 
 
-def make_strategy(
-    name: str, space: SearchSpace, *, seed: int = 0, prior: Sequence[Config] = ()
-) -> Strategy:
-    """Build the strategy registered under ``name`` (``random``, ``exhaustive``)."""
-    try:
-        cls = STRATEGIES[name]
-    except KeyError:
-        known = ", ".join(sorted(STRATEGIES))
-        raise KeyError(f"unknown strategy {name!r}; known: {known}") from None
-    return cls(space, seed=seed, prior=prior)
+def register_strategy(name: str, factory: StrategyFactory) -> StrategyFactory:
+    """Offer ``factory`` (a Strategy subclass, or any callable taking a StrategyContext) under
+    ``name``; plugin modules call this at import."""
+    return STRATEGIES.register(name, factory)
+
+
+def strategy_names() -> tuple[str, ...]:
+    return STRATEGIES.names()
+
+
+def make_strategy(name: str, context: StrategyContext) -> Strategy:
+    """Build the strategy registered under ``name``; UnknownName (a KeyError) if none."""
+    return STRATEGIES.get(name)(context)

@@ -1,8 +1,12 @@
-"""The measurement sandbox: a child process that measures one request at a time, and its handle.
+"""The measurement sandbox: a child process that builds or runs one request at a time, and its
+handle.
 
-Run as ``python -m tunehub.workers.sandbox``. The parent (``SandboxProcess``) writes jobs to
-the child's stdin and reads results from its stdout, each message an 8-byte big-endian length
-followed by a pickle. The child writes nothing else to that stdout: at start it moves the
+Run as ``python -m tunehub.workers.sandbox``. A worker keeps build sandboxes (compiling
+candidates, each pinned to a core reserved for building) and one run sandbox per device (the
+only process that checks and times there; for a GPU it owns the CUDA context). The parent
+(``SandboxProcess``) writes jobs to the child's stdin and reads results from its stdout, each
+message an 8-byte big-endian length followed by a pickle. The child writes nothing else to that
+stdout: at start it moves the
 protocol to a private copy of fd 1 and points fd 1 at stderr, so stray prints from templates,
 libraries or C code land in the sandbox log instead of corrupting the channel.
 
@@ -28,11 +32,14 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, TypeVar
 
-from tunehub.core import MeasureRequest, MeasureResult, MeasureStatus
+from tunehub.core import MeasureRequest, MeasureResult, MeasureStatus, Target
+from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _HEADER = struct.Struct(">Q")
 MAX_MESSAGE_BYTES = 256 << 20
@@ -43,13 +50,47 @@ STOP_TIMEOUT_SECS = 5.0
 
 
 @dataclass(frozen=True)
-class SandboxJob:
-    """One request for the child: measure ``request`` with these timing settings."""
+class BuildJob:
+    """Build ``request`` into ``build_dir``, pinned to CPU ``core`` (None: not pinned)."""
 
     request: MeasureRequest
-    workdir: str
-    min_secs: float
-    max_repeats: int
+    build_dir: str
+    core: int | None = None
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Check and time ``artifact`` for ``request``, pinned to ``cores`` (empty: not pinned)."""
+
+    request: MeasureRequest
+    artifact: Artifact
+    timing: TimingPolicy
+    cores: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class FingerprintJob:
+    """Take the fingerprint (a Target) of the device this sandbox measures on."""
+
+    kind: str
+
+
+@dataclass(frozen=True)
+class Built:
+    """A build's answer: the artifact, or the failed build's result."""
+
+    artifact: Artifact | None = None
+    failure: MeasureResult | None = None
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A device's Target, and the name its host-wide lock goes by (``cpu``, ``cuda-<uuid>``:
+    the same in every process of the host, whatever CUDA_VISIBLE_DEVICES says)."""
+
+    target: Target | None = None
+    lock_name: str = ""
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,11 +135,10 @@ def _failure(status: MeasureStatus, error: str) -> MeasureResult:
     return MeasureResult(status, error=error, environment={"sandbox_pid": os.getpid()})
 
 
-def measure_job(job: SandboxJob) -> MeasureResult:
-    """Measure one job in this process; exceptions become ``runtime_error`` results."""
+def _template(request: MeasureRequest) -> Template | MeasureResult:
+    """The request's template, or the result saying why it cannot be measured here."""
     from tunehub.kernels.registry import UnknownTemplate, get_template
 
-    request = job.request
     try:
         template = get_template(request.template)
     except UnknownTemplate as exc:
@@ -111,18 +151,75 @@ def measure_job(job: SandboxJob) -> MeasureResult:
             f"request is for {template.name} v{request.template_version}, "
             f"this worker has v{template.version}",
         )
+    return template
+
+
+def _pin(cores: tuple[int, ...] | list[int]) -> None:
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(cores))
+
+
+def build_job(job: BuildJob) -> Built:
+    """Build one job in this process; exceptions become ``build_error`` failures."""
+    template = _template(job.request)
+    if isinstance(template, MeasureResult):
+        return Built(failure=template)
+    start = time.perf_counter()
     try:
-        workdir = Path(job.workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
-        result = template.measure(
-            request, workdir=workdir, min_secs=job.min_secs, max_repeats=job.max_repeats
-        )
-        if not isinstance(result, MeasureResult):
-            raise TypeError(f"{template.name}.measure returned {type(result).__name__}")
-        return result
+        _pin([job.core] if job.core is not None else [])
+        build_dir = Path(job.build_dir)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        artifact = template.build(job.request, build_dir=build_dir)
+        if not isinstance(artifact, Artifact):
+            raise TypeError(f"{template.name}.build returned {type(artifact).__name__}")
+        return Built(artifact=artifact)
+    except BuildFailed as exc:
+        return Built(failure=exc.result())
     except Exception as exc:
-        log.exception("measuring %s failed", request.template)
+        log.exception("building %s failed", job.request.template)
+        return Built(
+            failure=MeasureResult(
+                MeasureStatus.BUILD_ERROR,
+                error=_describe(exc),
+                compile_secs=time.perf_counter() - start,
+                environment={"sandbox_pid": os.getpid()},
+            )
+        )
+
+
+class _Restart(Exception):
+    """Reply with ``result``, then exit: the device context cannot be trusted any more."""
+
+    def __init__(self, result: MeasureResult) -> None:
+        super().__init__(result.error)
+        self.result = result
+
+
+def run_job(job: RunJob) -> MeasureResult:
+    """Check and time one job in this process; exceptions become ``runtime_error`` results."""
+    template = _template(job.request)
+    if isinstance(template, MeasureResult):
+        return template
+    try:
+        _pin(job.cores)
+        result = template.run(job.request, job.artifact, timing=job.timing)
+        if not isinstance(result, MeasureResult):
+            raise TypeError(f"{template.name}.run returned {type(result).__name__}")
+        return result
+    except DeviceContextLost as exc:
+        raise _Restart(exc.result) from None
+    except Exception as exc:
+        log.exception("running %s failed", job.request.template)
         return _failure(MeasureStatus.RUNTIME_ERROR, _describe(exc))
+
+
+def fingerprint_job(job: FingerprintJob) -> Fingerprint:
+    from tunehub.kernels.devices import device_lock_name, fingerprint
+
+    try:
+        return Fingerprint(target=fingerprint(job.kind), lock_name=device_lock_name(job.kind))
+    except Exception as exc:
+        return Fingerprint(error=_describe(exc))
 
 
 def _describe(exc: BaseException) -> str:
@@ -140,7 +237,18 @@ def serve(inp: BinaryIO | IO[bytes], out: BinaryIO | IO[bytes]) -> None:
             return
         if job is None:
             return
-        write_message(out, measure_job(job))
+        if isinstance(job, BuildJob):
+            write_message(out, build_job(job))
+        elif isinstance(job, RunJob):
+            try:
+                write_message(out, run_job(job))
+            except _Restart as restart:
+                write_message(out, restart.result)
+                return
+        elif isinstance(job, FingerprintJob):
+            write_message(out, fingerprint_job(job))
+        else:
+            raise TypeError(f"unknown sandbox job {type(job).__name__}")
 
 
 def _exit_with_parent() -> None:
@@ -256,14 +364,15 @@ class SandboxProcess:
             raise SandboxDied(f"sandbox sent {type(ready).__name__} instead of its ready message")
         log.debug("sandbox %d started", ready.pid)
 
-    def call(self, job: SandboxJob, timeout_secs: float) -> MeasureResult:
-        """Send ``job`` and return the child's result.
+    def call(self, job: Any, timeout_secs: float, answer: type[T]) -> T:
+        """Send ``job`` and return the child's answer, which must be an ``answer``.
 
-        SandboxDied if the child exits first (it is then reaped), SandboxTimeout if no answer
-        comes within ``timeout_secs`` (the child's process group is then killed).
+        The child must be running (``start``). SandboxDied if the child exits first (it is
+        then reaped), SandboxTimeout if no answer comes within ``timeout_secs`` (the child's
+        process group is then killed).
         """
         if not self.alive:
-            self.start()
+            raise SandboxDied("sandbox is not running")
         self._log_mark = self._log_size()
         proc = self._proc
         assert proc is not None and proc.stdin is not None
@@ -272,7 +381,7 @@ class SandboxProcess:
         except (BrokenPipeError, OSError):
             raise SandboxDied(self._death()) from None
         result = self._receive(time.monotonic() + timeout_secs)
-        if not isinstance(result, MeasureResult):
+        if not isinstance(result, answer):
             self.kill()
             raise SandboxDied(f"sandbox answered with {type(result).__name__}")
         return result
@@ -337,6 +446,14 @@ class SandboxProcess:
                 return f.read().decode(errors="replace")
         except OSError:
             return ""
+
+    def signal_kill(self) -> None:
+        """Send SIGKILL to the child's process group, from any thread; the thread talking to
+        the child sees it die (and reaps it)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def kill(self) -> None:
         """Kill the child's process group (if running) and reap it."""

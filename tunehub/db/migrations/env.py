@@ -7,7 +7,7 @@ from typing import Any, Literal
 from alembic import context
 from sqlalchemy import Connection
 
-from tunehub.db.engine import make_engine, normalize_url
+from tunehub.db.engine import make_engine, migrating, normalize_url
 from tunehub.db.tables import Base, UTCDateTime
 
 config = context.config
@@ -58,7 +58,7 @@ def run_online() -> None:
         return
     engine = make_engine(config.get_main_option("sqlalchemy.url") or "")
     try:
-        with engine.connect() as connection:
+        with engine.connect() as connection, migrating(connection):
             _configure(connection)
     finally:
         engine.dispose()

@@ -25,12 +25,23 @@ import {
   truncate,
 } from "./common.js";
 
-const STATUSES = ["ok", "invalid", "build_error", "runtime_error", "wrong_answer", "timeout"];
+const STATUSES = [
+  "ok",
+  "invalid",
+  "build_error",
+  "runtime_error",
+  "wrong_answer",
+  "timeout",
+  "cancelled",
+  "worker_error",
+];
 const ERROR_CHARS = 90;
 
 const rawId = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop() ?? "");
 const jobId = /^[0-9]+$/.test(rawId) ? Number.parseInt(rawId, 10) : null;
 let lastRecordsKey = null;
+// Records arrive incrementally: the page keeps what it has and asks only for what is newer.
+const seen = { records: [], after: null };
 
 function item(label, value, { cls = "", ddClass = "", title = null } = {}) {
   return el("div", { class: cls || null }, el("dt", {}, label), el("dd", { class: ddClass || null, title }, value));
@@ -58,11 +69,12 @@ function budgetText(budget) {
 
 function baselineText(job, baselines) {
   if (!baselines.length) return "\u2014";
-  return el(
-    "span",
-    { class: "baselines" },
-    baselines.map((b) => `${fmtGflops(b.gflops)} GFLOP/s (${b.threads} thr)`).join(" \u00b7 "),
-  );
+  const label = (b) => {
+    const tf32 = b.config && b.config.allow_tf32 === true ? ", TF32" : "";
+    const kernel = b.kernel ? `, ${b.kernel}` : "";
+    return `${fmtGflops(b.gflops)} GFLOP/s (${b.threads} thr${tf32}${kernel})`;
+  };
+  return el("span", { class: "baselines" }, baselines.map(label).join(" \u00b7 "));
 }
 
 function renderSummary(job, baselines) {
@@ -80,9 +92,9 @@ function renderSummary(job, baselines) {
     item("State", stateBadge(job.state)),
     item("Best", best, { ddClass: "big best-gflops" }),
     item("Best median time", fmtSecs(job.best_median_secs), { ddClass: "big" }),
-    item(baselines.length ? `${baselines[0].library} (numpy)` : "Vendor library", baselineText(job, baselines), {
+    item(baselines.length ? `${baselines[0].library} (${baselines[0].template})` : "Vendor library", baselineText(job, baselines), {
       ddClass: "baseline-gflops",
-      title: "OpenBLAS through numpy, timed the same way on the same machine",
+      title: "The vendor library, timed the same way on the same machine",
     }),
     item("Progress", progressCell(job)),
     item("Workload", orDash(job.workload_label), { title: job.workload_key ?? null }),
@@ -94,11 +106,17 @@ function renderSummary(job, baselines) {
     item("Started", when(job.started_at)),
     item("Finished", when(job.finished_at)),
     item("Elapsed", elapsed(job)),
+    item("Tuning time", isNum(job.tuning_secs) && job.tuning_secs > 0 ? fmtSpan(job.tuning_secs) : "\u2014", {
+      title: "Time spent measuring candidates, over every run of the job (what the budget counts)",
+    }),
     item(
       "Best record",
       job.best_record_uid ? el("code", { title: job.best_record_uid }, truncate(job.best_record_uid, 13)) : "\u2014",
     ),
   ];
+  if (job.waiting_for) {
+    items.push(item("Waiting", job.waiting_for, { cls: "wide job-waiting" }));
+  }
   if (job.error) {
     items.push(item("Error", el("pre", { class: "error-text" }, job.error), { cls: "wide job-error" }));
   }
@@ -211,14 +229,13 @@ async function load() {
     return 0;
   }
   let job;
-  let records;
   let baselines;
   const items = (page) => (Array.isArray(page.items) ? page.items : []);
   try {
-    [job, records, baselines] = await Promise.all([
+    [job, baselines] = await Promise.all([
       fetchJson(`/jobs/${jobId}`),
-      fetchJson(`/jobs/${jobId}/records`).then(items),
       fetchJson(`/jobs/${jobId}/baselines`).then(items),
+      fetchNewRecords(),
     ]);
   } catch (err) {
     // 422: an id beyond what the API accepts, which no job can have either
@@ -231,8 +248,20 @@ async function load() {
   }
   showError(document.getElementById("job-error"), "");
   renderSummary(job, baselines);
-  renderRecords(job, records, baselines);
+  renderRecords(job, seen.records, baselines);
   return ACTIVE_STATES.has(job.state) ? REFRESH_MS : 0;
+}
+
+/** Fetch the records stored since the last call (every page of them) and keep them. */
+async function fetchNewRecords() {
+  for (;;) {
+    const query = seen.after === null ? "" : `?after=${seen.after}`;
+    const page = await fetchJson(`/jobs/${jobId}/records${query}`);
+    const fresh = Array.isArray(page.items) ? page.items : [];
+    if (!fresh.length) return;
+    seen.records.push(...fresh);
+    seen.after = page.next_after;
+  }
 }
 
 document.getElementById("cancel-button").addEventListener("click", cancelJob);

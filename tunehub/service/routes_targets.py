@@ -1,0 +1,45 @@
+"""Routes of the targets resource: the devices tunehub knows, and their live workers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, status
+
+from tunehub.core import utc_now
+from tunehub.core.worker import LIVE_SECS
+from tunehub.service.deps import LocalTargetsDep, StoreDep
+from tunehub.service.schemas import TargetListOut, TargetOut
+
+router = APIRouter(prefix="/api/v1/targets", tags=["targets"])
+
+TargetKey = Annotated[str, Path(min_length=1, max_length=64, description="Target key.")]
+
+
+@router.get("", response_model=TargetListOut, operation_id="list_targets", summary="List targets")
+def list_targets(store: StoreDep, local: LocalTargetsDep) -> TargetListOut:
+    """Every stored target with its live workers (those that reported in the last 30 s), live
+    targets first. A job may name any of them; one with no live worker waits in the queue."""
+    since = utc_now() - timedelta(seconds=LIVE_SECS)
+    workers = store.list_workers(live_since=since)
+    items = []
+    for target in store.list_targets():
+        mine = [w for w in workers if w.target_key == target.target_key]
+        aliases = sorted(a for a, t in local.items() if t.target_key == target.target_key)
+        items.append(TargetOut.from_core(target, mine, aliases))
+    items.sort(key=lambda t: not t.live)
+    return TargetListOut(items=items)
+
+
+@router.get(
+    "/{target_key}", response_model=TargetOut, operation_id="get_target", summary="Show a target"
+)
+def get_target(target_key: TargetKey, store: StoreDep, local: LocalTargetsDep) -> TargetOut:
+    target = local.get(target_key) or store.get_target(target_key)
+    if target is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no target {target_key!r}")
+    since = utc_now() - timedelta(seconds=LIVE_SECS)
+    workers = store.list_workers(target_key=target.target_key, live_since=since)
+    aliases = sorted(a for a, t in local.items() if t.target_key == target.target_key)
+    return TargetOut.from_core(target, workers, aliases)
