@@ -474,6 +474,12 @@ def test_what_blis_cannot_run_is_named_by_field(change: dict[str, object], field
 
 
 def test_registry_finds_blis_and_names_the_known_ones() -> None:
+    from importlib.metadata import entry_points
+
+    # The package offers its templates through the same entry points a plugin uses.
+    assert {"blis.gemm", "numpy.matmul"} <= {
+        e.name for e in entry_points(group="tunehub.templates")
+    }
     assert isinstance(get_template("blis.gemm"), BlisGemmTemplate)
     assert "blis.gemm" in template_names()
     with pytest.raises(UnknownTemplate) as info:
