@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import platform
 import subprocess
+from functools import lru_cache
 from typing import Any
 
 from tunehub.core import Target
 
 
+@lru_cache(maxsize=1)
 def _driver_version() -> str:
     try:
         out = subprocess.run(

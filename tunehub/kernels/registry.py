@@ -17,6 +17,8 @@ from tunehub.core.registry import Registry, UnknownName
 from tunehub.kernels.base import Template
 from tunehub.kernels.blis_gemm import BlisGemmTemplate
 from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
+from tunehub.kernels.torch_gemm import TorchMatmulBaseline
+from tunehub.kernels.triton_gemm import TritonGemmTemplate
 
 PLUGINS_ENV = "TUNEHUB_TEMPLATE_MODULES"
 
@@ -59,3 +61,5 @@ def template_names() -> tuple[str, ...]:
 
 register(BlisGemmTemplate())
 register(NumpyGemmBaseline())
+register(TritonGemmTemplate())
+register(TorchMatmulBaseline())

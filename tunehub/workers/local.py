@@ -70,6 +70,8 @@ def _child_env(build_dir: Path, device: str, extra: Mapping[str, str] | None) ->
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
     env["TUNEHUB_BUILD_DIR"] = str(build_dir)
+    # Build sandboxes compile Triton kernels into this cache and the run sandbox loads them.
+    env.setdefault("TRITON_CACHE_DIR", str(build_dir / "triton"))
     env["TUNEHUB_DEVICE"] = device
     if device.startswith("cuda:"):
         env["CUDA_VISIBLE_DEVICES"] = device.partition(":")[2]

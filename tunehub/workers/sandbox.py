@@ -219,7 +219,8 @@ def fingerprint_job(job: FingerprintJob) -> Fingerprint:
     try:
         return Fingerprint(target=fingerprint(job.kind), lock_name=device_lock_name(job.kind))
     except Exception as exc:
-        return Fingerprint(error=_describe(exc))
+        log.exception("fingerprinting the %s device failed", job.kind)
+        return Fingerprint(error=f"{type(exc).__name__}: {exc}")
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,0 +1,162 @@
+"""``torch.matmul``: the GPU Baseline template: cuBLAS through PyTorch, timed like a tuned kernel.
+
+What a PyTorch user writes: ``torch.matmul(a, b, out=c)``; with a bias ``torch.addmm(bias, a,
+b, out=c)``, then ReLU or GELU in place as a separate op; float8 through
+``torch._scaled_mm`` (unit scales, float16 out; it wants A row-major and B column-major, so
+other layouts are copied once, outside the timing). Its one knob is ``allow_tf32`` (cuBLAS's
+TF32 switch for float32), set from the workload. Checked and timed exactly as ``triton.gemm``
+is (``tunehub.kernels.gpu_reference`` and ``gpu_timing``). Imports torch only to run.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tunehub.core import (
+    Capabilities,
+    Config,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Target,
+    Workload,
+)
+from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.space import Knob, SearchSpace
+from tunehub.kernels.triton_gemm import capability_of
+
+
+class TorchMatmulBaseline(Template):
+    """cuBLAS through PyTorch; see the module docstring."""
+
+    name = "torch.matmul"
+    version = 1
+    baseline = True
+    device_kind = "cuda"
+    slowest_gflops = 50.0
+
+    def capabilities(self, target: Target) -> Capabilities:
+        dtypes = ["float16", "bfloat16", "float32", "float64"]
+        if capability_of(target) >= 89:
+            dtypes.append("float8_e4m3")
+        return Capabilities(kinds=("cuda",), dtypes=tuple(dtypes), tf32=True)
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        return SearchSpace(knobs=(Knob("allow_tf32", (False, True)),))
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        return Config({"allow_tf32": workload.allow_tf32})
+
+    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """cuBLAS with TF32 exactly when the workload allows it."""
+        return [Config({"allow_tf32": workload.allow_tf32})]
+
+    def cores_used(self, config: Config) -> int:
+        return 1
+
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        """Nothing to compile: the library is cuBLAS. Checks the request only."""
+        problem = self.request_problem(request) or self.capabilities(request.target).problem(
+            self.name, request.workload, request.target
+        )
+        if problem:
+            raise BuildFailed(MeasureStatus.INVALID, str(problem))
+        return Artifact(template=self.name, key="cublas")
+
+    def run(
+        self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
+    ) -> MeasureResult:
+        import torch
+
+        from tunehub.kernels import gpu_reference as ref
+        from tunehub.kernels.gpu_timing import gpu_environment, tf32, time_gpu
+        from tunehub.kernels.triton_gemm import _device, _synchronize
+
+        workload = request.workload
+        device = _device()
+        environment = gpu_environment(device)
+        seed = secrets.randbits(62)
+        environment.update(
+            seed=seed,
+            library="cuBLAS",
+            library_version=f"torch {torch.__version__}, CUDA {torch.version.cuda}",
+            library_kernel="torch._scaled_mm"
+            if workload.dtype == "float8_e4m3"
+            else "torch.addmm"
+            if workload.has_bias
+            else "torch.matmul",
+        )
+        allow = bool(request.config["allow_tf32"])
+        try:
+            with tf32(allow):
+                ops = ref.operands(workload, device, seed)
+                call = _call(workload, ops, torch)
+                start = time.perf_counter()
+                call()
+                _synchronize(device)
+                check = ref.check(ops.out, ref.reference(ops, workload.epilogue), workload)
+                verify_secs = time.perf_counter() - start
+                environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
+                if not check.ok:
+                    return MeasureResult(
+                        MeasureStatus.WRONG_ANSWER,
+                        error=check.message,
+                        verify_secs=verify_secs,
+                        environment=environment,
+                    )
+                start = time.perf_counter()
+                timed = time_gpu(
+                    call, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
+                )
+                run_secs = time.perf_counter() - start
+        except RuntimeError as exc:
+            failed = MeasureResult(
+                MeasureStatus.RUNTIME_ERROR,
+                error=f"{type(exc).__name__}: {exc}"[:3000],
+                environment=environment,
+            )
+            if "CUDA error" in str(exc):
+                raise DeviceContextLost(failed) from None
+            return failed
+        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes)
+        return MeasureResult(
+            MeasureStatus.OK,
+            repeat_secs=timed.repeat_secs,
+            verify_secs=verify_secs,
+            run_secs=run_secs,
+            environment=environment,
+        )
+
+
+def _call(workload: Workload, ops: Any, torch: Any) -> Callable[[], Any]:
+    """The PyTorch calls a user would write for this workload, writing into ``ops.out``."""
+    a, b, bias, out = ops.a, ops.b, ops.bias, ops.out
+    act: Callable[[Any], Any] | None = None
+    if workload.epilogue == "bias_relu":
+        act = torch.relu_
+    elif workload.epilogue == "bias_gelu":
+        act = torch.ops.aten.gelu_
+    if workload.dtype == "float8_e4m3":
+        a_ = a if a.stride(1) == 1 else a.contiguous()  # _scaled_mm: A row-major
+        b_ = b if b.stride(0) == 1 else b.t().contiguous().t()  # and B column-major
+        one = torch.ones((), dtype=torch.float32, device=a.device)
+
+        def fp8() -> Any:
+            torch._scaled_mm(
+                a_, b_, scale_a=one, scale_b=one, bias=bias, out_dtype=out.dtype, out=out
+            )
+            return act(out) if act is not None else out
+
+        return fp8
+    if bias is None:
+        return lambda: torch.matmul(a, b, out=out)
+
+    def addmm() -> Any:
+        torch.addmm(bias, a, b, out=out)
+        return act(out) if act is not None else out
+
+    return addmm

@@ -1,0 +1,457 @@
+"""The ``triton.gemm`` template: Triton GEMM kernels on NVIDIA GPUs, their space, build and run.
+
+The kernels (``triton_gemm_kernels``) come in four variants: ``tiled`` (one program per tile,
+optionally splitting K), ``persistent`` (a grid of one program per SM looping over tiles),
+``tma`` (persistent, operands through Hopper's TMA tensor descriptors) and ``ws`` (``tma``
+with warp specialisation). Knobs: ``variant``, ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``,
+``GROUP_M``, ``num_warps``, ``num_stages``, ``SPLIT_K``, ``FLATTEN``.
+
+The space comes from the device's fingerprint (compute capability, SMs, shared memory per
+block, registers per SM) and the workload (tiles no larger than the problem, TMA alignment,
+split-K only where the tiles do not fill the GPU); every config that cannot run is left out
+with the reason ``invalid_reason`` gives. This module imports neither torch nor Triton at
+import time: the service builds spaces without them; ``build`` (in a build sandbox: Triton
+compiles into the shared cache, no GPU needed) and ``run`` (in the GPU's run sandbox) import
+them.
+
+>>> from tunehub.core import Target, Workload
+>>> h100 = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132, properties={
+...     "compute_capability": 90, "smem_per_block_bytes": 232448, "regs_per_sm": 65536})
+>>> t = TritonGemmTemplate()
+>>> t.default_config(Workload(m=4096, n=4096, k=4096, dtype="float16"), h100)["variant"]
+'tma'
+>>> len(t.space(Workload(m=4096, n=4096, k=4096, dtype="float16"), h100)) > 1000
+True
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tunehub.core import (
+    Capabilities,
+    Config,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Target,
+    Workload,
+)
+from tunehub.kernels import triton_gemm_limits as limits
+from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
+
+BLOCK_MS = (16, 32, 64, 128, 256)
+BLOCK_NS = (32, 64, 128, 256)
+BLOCK_KS = (32, 64, 128, 256)
+GROUP_MS = (1, 4, 8, 16)
+WARPS = (4, 8)
+STAGES = (2, 3, 4, 5, 6)
+SPLIT_KS = (1, 2, 4, 8, 16)
+# Split-K pays only when the output tiles leave SMs idle: at most this many programs per SM.
+SPLIT_K_MAX_WAVES = 2
+DEFAULT_CAPABILITY = 80
+LAYOUT = {"row_major": "row", "col_major": "col"}
+
+
+def _pow2_at_least(n: int, floor: int) -> int:
+    return max(floor, 1 << max(0, math.ceil(math.log2(max(1, n)))))
+
+
+def capability_of(target: Target) -> int:
+    """The GPU's compute capability as an integer (90 for sm_90)."""
+    found = target.prop("compute_capability")
+    if found:
+        return found
+    for arch in target.arch:
+        if arch.startswith("sm_") and arch[3:].isdigit():
+            return int(arch[3:])
+    return DEFAULT_CAPABILITY
+
+
+def device_props(target: Target) -> dict[str, Any]:
+    """What ``config_problem`` reads about the device, from its fingerprint."""
+    props: dict[str, Any] = {"compute_capability": capability_of(target), "sm_count": target.cores}
+    for key in ("smem_per_block_bytes", "regs_per_sm"):
+        if target.prop(key):
+            props[key] = target.prop(key)
+    return props
+
+
+class TritonGemmTemplate(Template):
+    """``triton.gemm``: see the module docstring."""
+
+    name = "triton.gemm"
+    version = 1
+    device_kind = "cuda"
+    baseline_template = "torch.matmul"
+    # The slowest kernel worth waiting for: 50 GFLOP/s is far below any sane GPU config.
+    slowest_gflops = 50.0
+
+    # --- what it can do --------------------------------------------------------------------
+    def capabilities(self, target: Target) -> Capabilities:
+        dtypes = ["float16", "bfloat16", "float32"]
+        if capability_of(target) >= 89:
+            dtypes.append("float8_e4m3")
+        return Capabilities(kinds=("cuda",), dtypes=tuple(dtypes), tf32=True)
+
+    def check(self, workload: Workload, target: Target) -> None:
+        super().check(workload, target)
+        from tunehub.core import Unsupported
+
+        if not self.variants(workload, target):
+            raise Unsupported(
+                "workload", f"no {self.name} variant runs {workload.label} on {target.label}"
+            )
+
+    def variants(self, workload: Workload, target: Target) -> tuple[str, ...]:
+        """The variants that can run ``workload`` on ``target``."""
+        cc = capability_of(target)
+        dtype = _kernel_dtype(workload)
+        return tuple(
+            v
+            for v in limits.VARIANTS
+            if limits.variant_problem(v, cc) is None
+            and limits.dtype_problem(dtype, cc) is None
+            and limits.workload_problem(
+                v,
+                workload.m,
+                workload.n,
+                workload.k,
+                dtype,
+                LAYOUT[workload.a_layout],
+                LAYOUT[workload.b_layout],
+            )
+            is None
+        )
+
+    # --- the space ---------------------------------------------------------------------------
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        dtype = _kernel_dtype(workload)
+        props = device_props(target)
+        sms = max(1, target.cores)
+        cap_m = _pow2_at_least(workload.m, 16)
+        cap_n = _pow2_at_least(workload.n, 32)
+        cap_k = _pow2_at_least(workload.k, 32)
+
+        def fits(c: Config) -> bool:
+            return (
+                int(c["BLOCK_M"]) <= cap_m
+                and int(c["BLOCK_N"]) <= cap_n
+                and int(c["BLOCK_K"]) <= cap_k
+            )
+
+        def warps(c: Config) -> bool:
+            variant = c["variant"]
+            if variant == "ws":
+                return c["num_warps"] == 4
+            return True
+
+        def split(c: Config) -> bool:
+            k_split = int(c["SPLIT_K"])
+            if k_split == 1:
+                return True
+            if c["variant"] != "tiled":
+                return False
+            tiles = math.ceil(workload.m / int(c["BLOCK_M"])) * math.ceil(
+                workload.n / int(c["BLOCK_N"])
+            )
+            # Splitting pays only while the tiles leave SMs idle, and needs K to share out.
+            return tiles * k_split <= SPLIT_K_MAX_WAVES * sms and workload.k >= 2 * k_split * int(
+                c["BLOCK_K"]
+            )
+
+        def flattened(c: Config) -> bool:
+            return not c["FLATTEN"] or c["variant"] in ("persistent", "tma")
+
+        def runs(c: Config) -> bool:
+            return limits.config_problem(kernel_config(c), dtype, props) is None
+
+        knobs = (
+            Knob("variant", self.variants(workload, target)),
+            Knob("BLOCK_M", BLOCK_MS),
+            Knob("BLOCK_N", BLOCK_NS),
+            Knob("BLOCK_K", BLOCK_KS),
+            Knob("num_warps", WARPS),
+            Knob("num_stages", STAGES),
+            Knob("GROUP_M", GROUP_MS),
+            Knob("SPLIT_K", SPLIT_KS),
+            Knob("FLATTEN", (False, True)),
+        )
+        constraints = (
+            KnobConstraint(("BLOCK_M", "BLOCK_N", "BLOCK_K"), fits),
+            KnobConstraint(("variant", "num_warps"), warps),
+            KnobConstraint(("variant", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"), split),
+            KnobConstraint(("variant", "FLATTEN"), flattened),
+            runs,
+        )
+        return SearchSpace(knobs=knobs, constraints=constraints)
+
+    def invalid_reason(self, workload: Workload, target: Target, config: Config) -> str | None:
+        if self.space(workload, target).is_valid(config):
+            return None
+        problem = limits.config_problem(
+            kernel_config(config), _kernel_dtype(workload), device_props(target)
+        )
+        why = problem or (
+            "outside the space (a tile larger than the problem, or split-K where it cannot pay)"
+        )
+        return f"config is not in the space of {self.name}: {why}"
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        """The first of the known-good configs (from the H100 sweep in
+        benchmarks/notes/triton_gemm_notes.md) that fits this workload and device."""
+        space = self.space(workload, target)
+        for config in self._candidates(workload, target):
+            if space.is_valid(config):
+                return config
+        return space.points[0]
+
+    def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """The default, then the other known-good configs that fit: the strong tile of each
+        variant, the small-M and split-K ones where they apply."""
+        space = self.space(workload, target)
+        seeds: list[Config] = []
+        for config in self._candidates(workload, target):
+            if config not in seeds and space.is_valid(config):
+                seeds.append(config)
+        return seeds or [space.points[0]]
+
+    def _candidates(self, workload: Workload, target: Target) -> Iterable[Config]:
+        m, n, k = workload.m, workload.n, workload.k
+        sms = max(1, target.cores)
+        dtype = workload.dtype
+        wide_k = 128 if dtype == "float8_e4m3" else 32 if dtype == "float32" else 64
+
+        def c(
+            variant: str,
+            bm: int,
+            bn: int,
+            bk: int,
+            warps: int,
+            stages: int,
+            group: int = 8,
+            split: int = 1,
+            flat: bool = False,
+        ) -> Config:
+            return Config(
+                {
+                    "variant": variant,
+                    "BLOCK_M": bm,
+                    "BLOCK_N": bn,
+                    "BLOCK_K": bk,
+                    "num_warps": warps,
+                    "num_stages": stages,
+                    "GROUP_M": group,
+                    "SPLIT_K": split,
+                    "FLATTEN": flat,
+                }
+            )
+
+        small_m = _pow2_at_least(m, 16)
+        tiles_64 = math.ceil(m / 64) * math.ceil(n / 64)
+        if "tma" not in self.variants(workload, target):
+            # Rows not 16-byte aligned (e.g. K = 777 in fp16): no TMA, no vectorised loads;
+            # only 128x128x64 w8 s4 kept up with cuBLAS without spilling on the H100.
+            yield c("persistent", 128, 128, 64, 8, 4, flat=True)
+            yield c("tiled", 128, 128, 64, 8, 4)
+        if m <= 64:
+            # Memory-bound skinny products: short, deep tiles (16x64x256 s4 led at M=16).
+            yield c("tiled", min(small_m, 64), 64, 256, 4, 4)
+            yield c("tiled", min(small_m, 64), 64, 128, 4, 5)
+            yield c("tiled", 64, 64, 128, 4, 4)
+        if tiles_64 < sms and k >= 8192:
+            # Few output tiles, long K: split it (64x64x128 s5 x 8 led at 256x256x65536).
+            for split in (8, 4, 16, 2):
+                if tiles_64 * split <= SPLIT_K_MAX_WAVES * sms:
+                    yield c("tiled", 64, 64, 128, 4, 5, split=split)
+        yield c("tma", 128, 256, wide_k, 8, 3, group=16)
+        yield c("tma", 128, 256, wide_k, 8, 4)
+        yield c("ws", 128, 256, wide_k, 4, 3)
+        yield c("ws", 256, 128, wide_k, 4, 3)
+        yield c("persistent", 128, 256, wide_k, 8, 3, flat=True)
+        yield c("persistent", 128, 128, 64, 8, 4, flat=True)
+        yield c("tiled", 128, 128, 64, 8, 4)
+        yield c("tiled", 256, 128, 64, 8, 3)
+        yield c("tma", 128, 128, 64, 8, 4)
+        yield c("tma", 64, 64, 128, 4, 4)
+        yield c("tiled", 64, 64, 64, 4, 6)
+        yield c("tiled", 64, 128, 64, 4, 4)
+        yield c("tiled", 32, 64, 64, 4, 4)
+
+    # --- where and how it runs -----------------------------------------------------------------
+    def cores_used(self, config: Config) -> int:
+        return 1  # the launching thread
+
+    def baseline_config(self, config: Config, workload: Workload, target: Target) -> Config:
+        return Config({"allow_tf32": workload.allow_tf32})
+
+    # --- build and run -------------------------------------------------------------------------
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        """Compile every kernel the run will launch into Triton's cache (shared with the run
+        sandbox through TRITON_CACHE_DIR); no GPU is touched. Under the Triton interpreter
+        there is nothing to compile."""
+        problem = self.request_problem(request)
+        if problem:
+            raise BuildFailed(MeasureStatus.INVALID, problem)
+        if _interpreting():
+            return Artifact(template=self.name, key="interpreter", environment={"build": "none"})
+        from tunehub.kernels import triton_gemm_kernels as kernels
+
+        workload, target = request.workload, request.target
+        start = time.perf_counter()
+        try:
+            built = kernels.precompile(
+                config=kernel_config(request.config),
+                dtype=_kernel_dtype(workload),
+                epilogue=workload.epilogue,
+                allow_tf32=workload.allow_tf32,
+                m=workload.m,
+                n=workload.n,
+                k=workload.k,
+                a_layout=LAYOUT[workload.a_layout],
+                b_layout=LAYOUT[workload.b_layout],
+                capability=capability_of(target),
+                num_sms=target.cores,
+            )
+        except ValueError as exc:
+            raise BuildFailed(MeasureStatus.INVALID, str(exc)) from None
+        except Exception as exc:  # Triton's CompilationError, an MLIR pass failure, ...
+            text = f"{type(exc).__name__}: {exc}"
+            raise BuildFailed(
+                MeasureStatus.BUILD_ERROR, text[-3000:], compile_secs=time.perf_counter() - start
+            ) from None
+        kernels_info = [asdict(k) for k in built]
+        registers = [k.registers for k in built if k.registers is not None]
+        stacks = [k.stack_bytes for k in built if k.stack_bytes is not None]
+        return Artifact(
+            template=self.name,
+            key=";".join(k.cache_key for k in built),
+            data={"kernels": kernels_info},
+            compile_secs=time.perf_counter() - start,
+            cached=all(k.cache_hit for k in built),
+            environment={
+                "registers": max(registers) if registers else None,
+                "stack_bytes": max(stacks) if stacks else None,
+                "shared_bytes": max(k.shared_bytes for k in built),
+                "triton_cache_hit": all(k.cache_hit for k in built),
+                "triton_cache_dir": os.environ.get("TRITON_CACHE_DIR", ""),
+            },
+        )
+
+    def run(
+        self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
+    ) -> MeasureResult:
+        """Check the kernel on fresh random operands into a NaN-poisoned C against a float64
+        reference, then time it (see ``tunehub.kernels.gpu_timing``)."""
+        import torch
+
+        from tunehub.kernels import gpu_reference as ref
+        from tunehub.kernels import triton_gemm_kernels as kernels
+        from tunehub.kernels.gpu_timing import gpu_environment, time_gpu
+
+        workload = request.workload
+        device = _device()
+        environment = gpu_environment(device)
+        environment.update(artifact.environment)
+        seed = secrets.randbits(62)
+        environment["seed"] = seed
+        try:
+            ops = ref.operands(workload, device, seed)
+            start = time.perf_counter()
+            launch = kernels.bind(
+                ops.a,
+                ops.b,
+                ops.bias,
+                ops.out,
+                epilogue=workload.epilogue,
+                allow_tf32=workload.allow_tf32,
+                config=kernel_config(request.config),
+                num_sms=request.target.cores if device.type == "cuda" else None,
+            )
+            launch()
+            _synchronize(device)
+            check = ref.check(ops.out, ref.reference(ops, workload.epilogue), workload)
+            verify_secs = time.perf_counter() - start
+            environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
+            if not check.ok:
+                return MeasureResult(
+                    MeasureStatus.WRONG_ANSWER,
+                    error=check.message,
+                    compile_secs=artifact.compile_secs,
+                    verify_secs=verify_secs,
+                    environment=environment,
+                )
+            start = time.perf_counter()
+            timed = time_gpu(
+                launch, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
+            )
+            run_secs = time.perf_counter() - start
+        except torch.cuda.OutOfMemoryError as exc:
+            return MeasureResult(
+                MeasureStatus.RUNTIME_ERROR,
+                error=f"out of GPU memory: {exc}"[:2000],
+                compile_secs=artifact.compile_secs,
+                environment=environment,
+            )
+        except (RuntimeError, getattr(torch, "AcceleratorError", RuntimeError)) as exc:
+            failed = MeasureResult(
+                MeasureStatus.RUNTIME_ERROR,
+                error=f"{type(exc).__name__}: {exc}"[:3000],
+                compile_secs=artifact.compile_secs,
+                environment=environment,
+            )
+            if "CUDA error" in str(exc) or "illegal" in str(exc):
+                raise DeviceContextLost(failed) from None  # the context cannot be trusted
+            return failed
+        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes)
+        return MeasureResult(
+            MeasureStatus.OK,
+            repeat_secs=timed.repeat_secs,
+            compile_secs=artifact.compile_secs,
+            verify_secs=verify_secs,
+            run_secs=run_secs,
+            environment=environment,
+        )
+
+
+def kernel_config(config: Config) -> dict[str, Any]:
+    """The config as the kernels take it: ``FLATTEN`` means nothing to ``tiled`` (the space
+    spells it False there), so it is left out."""
+    data = config.to_dict()
+    if data.get("variant") == "tiled":
+        data.pop("FLATTEN", None)
+    return data
+
+
+def _kernel_dtype(workload: Workload) -> str:
+    return "float8_e4m3fn" if workload.dtype == "float8_e4m3" else workload.dtype
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+
+
+def _device() -> Any:
+    """This process's GPU, or the CPU under the Triton interpreter (the CPU tests)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    if _interpreting():
+        return torch.device("cpu")
+    raise RuntimeError("no CUDA GPU visible to this process (and not under TRITON_INTERPRET=1)")
+
+
+def _synchronize(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
