@@ -27,10 +27,14 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the gpu ext
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
 import triton.language as tl  # noqa: E402
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+# Triton may have been imported earlier in this process (before the variable was set).
+triton.knobs.runtime.interpret = True
 
 from tunehub.kernels import triton_gemm_kernels as tg  # noqa: E402
 
-if not tg._interpreting():
+if not isinstance(tg._gemm_tiled_kernel, InterpretedFunction):
     # Imported earlier in this process without the interpreter: decorate the kernels again.
     tg = importlib.reload(tg)
 
