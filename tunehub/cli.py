@@ -339,9 +339,15 @@ def tune(
     )
     if baseline is not None and baseline.gflops is not None and speedup is not None:
         verdict = "tunehub is faster" if speedup >= 1 else "the library is faster: use it"
+        library = baseline_dict(baseline) or {}
+        how = (
+            f"on {config_threads(winner_config)} thread(s)"
+            if target.kind == "cpu"
+            else f"({library.get('library', 'vendor library')})"
+        )
         click.echo(
-            f"vs {baseline.request.template} on {config_threads(winner_config)} thread(s): "
-            f"{baseline.gflops:.2f} GFLOP/s, speedup {speedup:.2f}x ({verdict})"
+            f"vs {baseline.request.template} {how}: {baseline.gflops:.2f} GFLOP/s, "
+            f"speedup {speedup:.2f}x ({verdict})"
         )
 
 

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         le=64,
-        description="Build processes per device; default: the cores less one, at most 8.",
+        description="Build processes per device; default: the cores less one, at most 16.",
     )
     min_repeat_secs: float = Field(
         default=0.2, gt=0, description="Time each candidate for at least this long."
