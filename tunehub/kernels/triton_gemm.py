@@ -54,7 +54,7 @@ BLOCK_KS = (32, 64, 128, 256)
 GROUP_MS = (1, 4, 8, 16)
 WARPS = (4, 8)
 STAGES = (2, 3, 4, 5, 6)
-SPLIT_KS = (1, 2, 4, 8, 16)
+SPLIT_KS = (1, 2, 4, 8, 16, 32, 64)
 # Split-K pays only when the output tiles leave SMs idle: at most this many programs per SM.
 SPLIT_K_MAX_WAVES = 2
 DEFAULT_CAPABILITY = 80
