@@ -41,15 +41,15 @@ sys.path.insert(0, str(HERE))
 import torch  # noqa: E402
 from cpu_gemm import git_commit  # noqa: E402
 
-from tunehub.core import Budget, JobSpec, Workload  # noqa: E402
+from tunehub.core import Budget, Config, JobSpec, Workload  # noqa: E402
 from tunehub.db import SqlScheduleStore, upgrade  # noqa: E402
 from tunehub.kernels import gpu_reference as ref  # noqa: E402
 from tunehub.kernels import triton_gemm_kernels as kernels  # noqa: E402
 from tunehub.kernels.base import TimingPolicy  # noqa: E402
 from tunehub.kernels.gpu_timing import gpu_environment, time_gpu  # noqa: E402
 from tunehub.kernels.registry import get_template  # noqa: E402
-from tunehub.kernels.triton_gemm import kernel_config  # noqa: E402
-from tunehub.tuner import session_for_job  # noqa: E402
+from tunehub.kernels.triton_gemm import gemm_call  # noqa: E402
+from tunehub.tuner import find_schedule, session_for_job  # noqa: E402
 from tunehub.workers.local import LocalMeasurer  # noqa: E402
 from tunehub.workers.locks import CoreLocks  # noqa: E402
 
@@ -126,7 +126,11 @@ def tune(
     if schedule is None:
         raise RuntimeError(f"{workload.label}: nothing measured ok in {trials} trials: {statuses}")
     confirmed = schedule.confirmation
+    answer = find_schedule(store, workload, target, template=template.name)
     return {
+        # What a compiler asking tunehub is told: the schedule, or the library when the
+        # stored measurements say it is faster (baseline_faster).
+        "lookup_says_library_faster": bool(answer and answer.to_dict()["baseline_faster"]),
         "config": schedule.config.to_dict(),
         "record_secs": schedule.median_secs,
         "confirmed_secs": confirmed.median_secs if confirmed else None,
@@ -154,7 +158,7 @@ def torch_function(workload: Workload) -> Any:
 
 def side_by_side(
     workload: Workload,
-    config: dict[str, Any],
+    config: Config,
     rounds: int,
     min_secs: float,
     compile_mode: str | None,
@@ -166,14 +170,11 @@ def side_by_side(
     extra: dict[str, Any] = {}
     sides: list[tuple[Side, Any]] = []
 
-    launch = kernels.bind(
-        ops.a,
-        ops.b,
-        ops.bias,
-        ops.out,
-        epilogue=workload.epilogue,
-        allow_tf32=workload.allow_tf32,
-        config=config,
+    launch = gemm_call(
+        kernels,
+        ops,
+        workload,
+        config,
         num_sms=torch.cuda.get_device_properties(device).multi_processor_count,
     )
     launch()
@@ -277,7 +278,7 @@ def main() -> int:
             with locks.timing(lock, 1):
                 sides, extra = side_by_side(
                     workload,
-                    kernel_config_of(found["config"]),
+                    Config(found["config"]),
                     args.rounds,
                     args.min_secs,
                     None if args.no_compile else args.compile_mode,
@@ -285,6 +286,7 @@ def main() -> int:
                 )
             tflops = {s.name: workload.flops / s.secs / 1e12 for s in sides}
             ours, cublas = sides[0], sides[1]
+            answer = cublas if found["lookup_says_library_faster"] else ours
             row = {
                 "case": f"{shape[0]}x{shape[1]}x{shape[2]}",
                 "dtype": dtype,
@@ -294,13 +296,17 @@ def main() -> int:
                 "tflops": tflops,
                 "ratio_vs_cublas": cublas.secs / ours.secs,
                 "ratio_vs_compile": sides[2].secs / ours.secs if len(sides) > 2 else None,
+                "answer": answer.name,
+                "answer_vs_compile": sides[2].secs / answer.secs if len(sides) > 2 else None,
                 **extra,
             }
             results.append(row)
             c = found["config"]
+            library = found["lookup_says_library_faster"]
             desc = (f"{c['variant']} {c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} "
                     f"w{c['num_warps']} s{c['num_stages']} g{c['GROUP_M']} k{c['SPLIT_K']}"
-                    f"{' F' if c.get('FLATTEN') else ''}")  # fmt: skip
+                    f"{' F' if c.get('FLATTEN') else ''}{' padK' if c.get('PAD_K') else ''}"
+                    f"{'  [lookup: use cuBLAS]' if library else ''}")  # fmt: skip
             vs_compile = row["ratio_vs_compile"]
             print(
                 f"{row['case'] + ' ' + dtype:>24} {tflops['tunehub']:8.1f} "
@@ -322,6 +328,9 @@ def main() -> int:
         "geomean_vs_cublas_all": _geomean([r["ratio_vs_cublas"] for r in results]),
         "min_vs_compile": min(
             (r["ratio_vs_compile"] for r in results if r["ratio_vs_compile"]), default=None
+        ),
+        "min_answer_vs_compile": min(
+            (r["answer_vs_compile"] for r in results if r["answer_vs_compile"]), default=None
         ),
     }
     print(f"# fp16 geomean tunehub/cuBLAS {summary['geomean_vs_cublas_fp16']:.3f}, "
@@ -350,12 +359,6 @@ def main() -> int:
     )
     print(f"# wrote {out}")
     return 0
-
-
-def kernel_config_of(config: dict[str, Any]) -> dict[str, Any]:
-    from tunehub.core import Config
-
-    return kernel_config(Config(config))
 
 
 def _geomean(values: list[float]) -> float:

@@ -73,7 +73,10 @@ def test_space_follows_the_device_and_the_workload() -> None:
     skinny = TEMPLATE.space(Workload(m=16, n=4096, k=4096, dtype="float16"), H100)
     assert {c["BLOCK_M"] for c in skinny.points} == {16}  # no tile taller than the problem
     odd_k = TEMPLATE.space(Workload(m=1000, n=3000, k=777, dtype="float16"), H100)
-    assert {c["variant"] for c in odd_k.points} == {"tiled", "persistent"}  # TMA alignment
+    # TMA needs 16-byte rows: only with K padded to 784 (copies of A and B, every call).
+    assert {c["variant"] for c in odd_k.points if not c["PAD_K"]} == {"tiled", "persistent"}
+    assert "tma" in {c["variant"] for c in odd_k.points if c["PAD_K"]}
+    assert "PAD_K" not in h100.names  # no knob where padding changes nothing
     long_k = TEMPLATE.space(Workload(m=256, n=256, k=65536, dtype="float16"), H100)
     assert max(c["SPLIT_K"] for c in long_k.points) > 1
     assert all(c["SPLIT_K"] == 1 for c in h100.points)  # 4096^2 fills the GPU already
@@ -201,6 +204,19 @@ def test_the_cublas_baseline_runs_the_same_way(interpreter: LocalMeasurer) -> No
         (result,) = interpreter.measure([request(workload, config, "torch.matmul")])
         assert result.status is MeasureStatus.OK, result.error
         assert result.environment["library"] == "cuBLAS"
+
+
+def test_padding_k_computes_the_same_product(interpreter: LocalMeasurer) -> None:
+    workload = Workload(m=40, n=24, k=37, dtype="float16", epilogue="bias", b_layout="col_major")
+    space = TEMPLATE.space(workload, H100)
+    tma = small_config("tma").replace(PAD_K=True)
+    assert space.is_valid(tma) and not space.is_valid(small_config("tma").replace(PAD_K=False))
+    results = interpreter.measure(
+        [request(workload, tma), request(workload, small_config("tiled").replace(PAD_K=True))]
+    )
+    for result in results:
+        assert result.status is MeasureStatus.OK, result.error
+        assert result.environment["relative_error"] < 2e-3
 
 
 def test_a_config_outside_the_space_is_invalid_before_any_compile(

@@ -111,10 +111,13 @@ class TritonGemmTemplate(Template):
                 "workload", f"no {self.name} variant runs {workload.label} on {target.label}"
             )
 
-    def variants(self, workload: Workload, target: Target) -> tuple[str, ...]:
-        """The variants that can run ``workload`` on ``target``."""
+    def variants(
+        self, workload: Workload, target: Target, *, padded: bool = False
+    ) -> tuple[str, ...]:
+        """The variants that can run ``workload`` on ``target`` (with K padded, if asked)."""
         cc = capability_of(target)
         dtype = _kernel_dtype(workload)
+        k = padded_k(workload) if padded else workload.k
         return tuple(
             v
             for v in limits.VARIANTS
@@ -124,7 +127,7 @@ class TritonGemmTemplate(Template):
                 v,
                 workload.m,
                 workload.n,
-                workload.k,
+                k,
                 dtype,
                 LAYOUT[workload.a_layout],
                 LAYOUT[workload.b_layout],
@@ -171,11 +174,23 @@ class TritonGemmTemplate(Template):
         def flattened(c: Config) -> bool:
             return not c["FLATTEN"] or c["variant"] in ("persistent", "tma")
 
+        plain = set(self.variants(workload, target))
+        padded = (
+            set(self.variants(workload, target, padded=True)) if needs_padding(workload) else set()
+        )
+
+        def variant_fits(c: Config) -> bool:
+            return c["variant"] in (padded if c.get("PAD_K") else plain)
+
         def runs(c: Config) -> bool:
             return limits.config_problem(kernel_config(c), dtype, props) is None
 
+        # PAD_K is a knob only where padding can matter, so every other workload's configs
+        # are spelled as before it existed.
+        pad_knob = (Knob("PAD_K", (False, True)),) if padded else ()
         knobs = (
-            Knob("variant", self.variants(workload, target)),
+            Knob("variant", tuple(v for v in limits.VARIANTS if v in plain | padded)),
+            *pad_knob,
             Knob("BLOCK_M", BLOCK_MS),
             Knob("BLOCK_N", BLOCK_NS),
             Knob("BLOCK_K", BLOCK_KS),
@@ -186,6 +201,7 @@ class TritonGemmTemplate(Template):
             Knob("FLATTEN", (False, True)),
         )
         constraints = (
+            KnobConstraint(("variant", *(k.name for k in pad_knob)), variant_fits),
             KnobConstraint(("BLOCK_M", "BLOCK_N", "BLOCK_K"), fits),
             KnobConstraint(("variant", "num_warps"), warps),
             KnobConstraint(("variant", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"), split),
@@ -240,10 +256,12 @@ class TritonGemmTemplate(Template):
             group: int = 8,
             split: int = 1,
             flat: bool = False,
+            pad: bool = False,
         ) -> Config:
             return Config(
                 {
                     "variant": variant,
+                    **({"PAD_K": pad} if needs_padding(workload) else {}),
                     "BLOCK_M": bm,
                     "BLOCK_N": bn,
                     "BLOCK_K": bk,
@@ -259,9 +277,14 @@ class TritonGemmTemplate(Template):
         tiles_64 = math.ceil(m / 64) * math.ceil(n / 64)
         if "tma" not in self.variants(workload, target):
             # Rows not 16-byte aligned (e.g. K = 777 in fp16): no TMA, no vectorised loads;
-            # only 128x128x64 w8 s4 kept up with cuBLAS without spilling on the H100.
+            # only 128x128x64 w8 s4 kept up with cuBLAS without spilling on the H100. Padding
+            # K (copying A and B into aligned buffers each call) brings TMA back.
             yield c("persistent", 128, 128, 64, 8, 4, flat=True)
             yield c("tiled", 128, 128, 64, 8, 4)
+            if needs_padding(workload):
+                yield c("tma", 128, 256, wide_k, 8, 3, group=16, pad=True)
+                yield c("tma", 128, 128, 64, 8, 4, pad=True)
+                yield c("tiled", 128, 128, 64, 8, 4, pad=True)
         if m <= 64:
             # Memory-bound skinny products: short, deep tiles (16x64x256 s4 led at M=16).
             yield c("tiled", min(small_m, 64), 64, 256, 4, 4)
@@ -315,7 +338,7 @@ class TritonGemmTemplate(Template):
                 allow_tf32=workload.allow_tf32,
                 m=workload.m,
                 n=workload.n,
-                k=workload.k,
+                k=padded_k(workload) if request.config.get("PAD_K") else workload.k,
                 a_layout=LAYOUT[workload.a_layout],
                 b_layout=LAYOUT[workload.b_layout],
                 capability=capability_of(target),
@@ -366,14 +389,11 @@ class TritonGemmTemplate(Template):
         try:
             ops = ref.operands(workload, device, seed)
             start = time.perf_counter()
-            launch = kernels.bind(
-                ops.a,
-                ops.b,
-                ops.bias,
-                ops.out,
-                epilogue=workload.epilogue,
-                allow_tf32=workload.allow_tf32,
-                config=kernel_config(request.config),
+            launch = gemm_call(
+                kernels,
+                ops,
+                workload,
+                request.config,
                 num_sms=request.target.cores if device.type == "cuda" else None,
             )
             launch()
@@ -424,11 +444,67 @@ class TritonGemmTemplate(Template):
 
 def kernel_config(config: Config) -> dict[str, Any]:
     """The config as the kernels take it: ``FLATTEN`` means nothing to ``tiled`` (the space
-    spells it False there), so it is left out."""
+    spells it False there), so it is left out, and ``PAD_K`` is the template's, not theirs."""
     data = config.to_dict()
+    data.pop("PAD_K", None)
     if data.get("variant") == "tiled":
         data.pop("FLATTEN", None)
     return data
+
+
+def padded_k(workload: Workload) -> int:
+    """K rounded up so a row of K elements is a multiple of 16 bytes."""
+    per = 16 // limits.ELEMENT_BYTES[_kernel_dtype(workload)]
+    return -(-workload.k // per) * per
+
+
+def needs_padding(workload: Workload) -> bool:
+    """Whether rows read along K (a row-major A, a column-major B) lose 16-byte alignment."""
+    reads_along_k = workload.a_layout == "row_major" or workload.b_layout == "col_major"
+    return reads_along_k and padded_k(workload) != workload.k
+
+
+def gemm_call(
+    kernels: Any, ops: Any, workload: Workload, config: Config, num_sms: int | None
+) -> Any:
+    """A callable computing ``ops.out`` with ``config`` (a bound launch; with ``PAD_K``, the
+    copies of A and B into K-padded buffers first, zero beyond K, as part of every call)."""
+    import torch
+
+    a, b = ops.a, ops.b
+    copies: list[tuple[Any, Any]] = []
+    if config.get("PAD_K"):
+        k, kp = workload.k, padded_k(workload)
+        m, n = workload.m, workload.n
+        if workload.a_layout == "row_major":
+            a_pad = torch.zeros((m, kp), dtype=a.dtype, device=a.device)
+        else:
+            a_pad = torch.zeros((kp, m), dtype=a.dtype, device=a.device).t()
+        if workload.b_layout == "row_major":
+            b_pad = torch.zeros((kp, n), dtype=b.dtype, device=b.device)
+        else:
+            b_pad = torch.zeros((n, kp), dtype=b.dtype, device=b.device).t()
+        copies = [(a_pad[:, :k], a), (b_pad[:k, :], b)]
+        a, b = a_pad, b_pad
+    launch = kernels.bind(
+        a,
+        b,
+        ops.bias,
+        ops.out,
+        epilogue=workload.epilogue,
+        allow_tf32=workload.allow_tf32,
+        config=kernel_config(config),
+        num_sms=num_sms,
+    )
+    if not copies:
+        return launch
+
+    def padded_call() -> Any:
+        for dst, src in copies:
+            dst.copy_(src)
+        return launch()
+
+    return padded_call
 
 
 def _kernel_dtype(workload: Workload) -> str:
