@@ -139,7 +139,7 @@ def gflops_text(secs: float) -> str:
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     app = create_app(Settings(home=tmp_path, run_jobs=False), store=MemoryScheduleStore())
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
         yield c
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -69,6 +72,65 @@ def default_build_dir(workdir: Path) -> Path:
     if home:
         return Path(home).expanduser() / "build"
     return workdir / "build"
+
+
+# Errors of the machine, not of the code being built: a full or read-only disk, no permission.
+ENVIRONMENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EIO}
+)
+ENVIRONMENT_MESSAGES = (
+    "No space left on device",
+    "Read-only file system",
+    "Disk quota exceeded",
+    "Permission denied",
+    "Input/output error",
+)
+
+
+def environment_error(exc: BaseException) -> OSError | None:
+    """The OSError of the machine (ENOSPC, EROFS, EACCES, ...) in ``exc`` or its causes."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in ENVIRONMENT_ERRNOS:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def mentions_environment(text: str) -> str | None:
+    """The first message of the machine's trouble (a full disk, ...) that ``text`` (e.g. a
+    compiler's output) holds, or None."""
+    return next((m for m in ENVIRONMENT_MESSAGES if m in text), None)
+
+
+def dir_problem(path: Path, *, min_free_bytes: int = 0) -> str | None:
+    """Why ``path`` cannot take new files (it cannot be created or written, or has less than
+    ``min_free_bytes`` free), or None when it can. Writes, syncs and removes a small file.
+
+    >>> import tempfile
+    >>> dir_problem(Path(tempfile.mkdtemp())) is None
+    True
+    """
+    probe = path / f".tunehub-probe-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"tunehub" * 64)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        return f"{path} is not writable: {exc.strerror or exc}"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+    if min_free_bytes:
+        free = shutil.disk_usage(path).free
+        if free < min_free_bytes:
+            return (
+                f"{path} has {free >> 20} MiB free, less than the {min_free_bytes >> 20} MiB "
+                "it needs (TUNEHUB_MIN_FREE_BYTES)"
+            )
+    return None
 
 
 def _tail(text: str) -> str:
