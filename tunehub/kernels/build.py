@@ -133,6 +133,84 @@ def dir_problem(path: Path, *, min_free_bytes: int = 0) -> str | None:
     return None
 
 
+TEMP_MARK = ".tmp"
+CACHE_SUBDIRS = ("triton",)  # caches of whole directories kept inside the build dir
+
+
+def remove_temp_files(build_dir: Path, pid: int) -> int:
+    """Remove what a killed build process ``pid`` left half-written in ``build_dir`` (its
+    ``*.<pid>.tmp*`` files); returns how many."""
+    removed = 0
+    try:
+        leftovers = list(build_dir.glob(f"*.{pid}{TEMP_MARK}*"))
+    except OSError:
+        return 0
+    for path in leftovers:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed += 1
+    return removed
+
+
+def _entries(build_dir: Path) -> list[tuple[float, int, Path]]:
+    """(last use, bytes, path) of each cache entry: the build dir's files, and each directory
+    inside its cache subdirectories (a Triton kernel's)."""
+    out: list[tuple[float, int, Path]] = []
+    for path in build_dir.iterdir():
+        if path.name.startswith(".") or TEMP_MARK in path.name:
+            continue
+        if path.is_file():
+            st = path.stat()
+            out.append((st.st_mtime, st.st_size, path))
+        elif path.is_dir() and path.name in CACHE_SUBDIRS:
+            for entry in path.iterdir():
+                newest, size = entry.stat().st_mtime, 0
+                for sub in entry.rglob("*") if entry.is_dir() else [entry]:
+                    if sub.is_file():
+                        st = sub.stat()
+                        newest, size = max(newest, st.st_mtime), size + st.st_size
+                out.append((newest, size, entry))
+    return out
+
+
+def evict_build_cache(build_dir: Path, max_bytes: int, *, keep_secs: float = 600.0) -> int:
+    """Remove the least recently used cache entries until the build dir holds at most
+    ``max_bytes``; entries used in the last ``keep_secs`` stay (a candidate may be waiting to
+    run them), so the limit can be passed for a while. Returns the bytes freed.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> for i in range(3):
+    ...     _ = (d / f"k{i}.so").write_bytes(b"x" * 100)
+    ...     os.utime(d / f"k{i}.so", (1000 + i, 1000 + i))
+    >>> evict_build_cache(d, 150), sorted(p.name for p in d.iterdir())
+    (200, ['k2.so'])
+    """
+    if max_bytes <= 0 or not build_dir.is_dir():
+        return 0
+    try:
+        entries = sorted(_entries(build_dir))
+    except OSError:
+        return 0
+    total = sum(size for _, size, _ in entries)
+    freed = 0
+    now = time.time()
+    for used, size, path in entries:
+        if total - freed <= max_bytes:
+            break
+        if now - used < keep_secs:
+            continue
+        try:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:
+            continue
+        freed += size
+    return freed
+
+
 def _tail(text: str) -> str:
     return text[-STDERR_TAIL_CHARS:]
 
@@ -165,6 +243,8 @@ def build_shared_library(
     lib = build_dir / f"{stem}-{key[:32]}.so"
     start = time.perf_counter()
     if lib.exists():
+        with contextlib.suppress(OSError):  # a use: the cache evicts the least recently used
+            os.utime(lib)
         return BuiltLibrary(lib, key, time.perf_counter() - start, True, cc, version, all_flags)
     src = build_dir / f"{stem}-{key[:32]}.c"
     tmp_src = src.with_name(f"{src.name}.{os.getpid()}.tmp.c")
