@@ -111,12 +111,17 @@ def _open_store(url: str, *, init: bool) -> Any:
     from tunehub.db import upgrade as db_upgrade
 
     try:
-        if init and database_state(url) == "empty":
+        state = database_state(url)
+        if state == "foreign":
+            _fail(database_problem(url, RuntimeError("tables but no revision")))
+        if init and state == "empty":
             db_upgrade(url)
         check_at_head(url)
         return SqlScheduleStore(url)
     except SchemaOutOfDate as exc:
         _fail(str(exc))
+    except click.ClickException:
+        raise
     except Exception as exc:
         _fail(database_problem(url, exc))
 
@@ -146,9 +151,17 @@ def database_problem(url: str, exc: BaseException) -> str:
     from tunehub.db.engine import safe_url
 
     where = f"database {safe_url(url)}"
+    if str(exc) == "tables but no revision" or (
+        isinstance(exc, DBAPIError) and "already exists" in str(exc.orig)
+    ):
+        return (
+            f"{where} has tables but no tunehub schema revision: tunehub did not create "
+            "it (or its alembic_version table was lost); use an empty database, or "
+            "restore alembic_version"
+        )
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         reason = " ".join(str(exc.orig).split())[:300]
-        if "already exists" in reason or database_state_safe(url) == "foreign":
+        if database_state_safe(url) == "foreign":
             return (
                 f"{where} has tables but no tunehub schema revision: tunehub did not create "
                 "it (or its alembic_version table was lost); use an empty database, or "
@@ -322,6 +335,7 @@ def tune(
         max_candidate_secs=settings.max_candidate_secs,
         build_timeout_secs=settings.build_timeout_secs,
         builders=settings.builders,
+        build_cache_max_bytes=settings.build_cache_max_bytes,
     )
     try:
         target = measurer.target

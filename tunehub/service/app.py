@@ -46,6 +46,7 @@ def local_measurer_factory(settings: Settings, device: str = "cpu") -> Callable[
             max_candidate_secs=settings.max_candidate_secs,
             build_timeout_secs=settings.build_timeout_secs,
             builders=settings.builders,
+            build_cache_max_bytes=settings.build_cache_max_bytes,
         )
 
     return make
@@ -94,7 +95,13 @@ def create_app(
         app.state.local_targets = {LOCAL_CPU: local_cpu_target()}
         runner: JobRunner | None = None
         if settings.run_jobs:
-            runner = JobRunner(app.state.store)
+            runner = JobRunner(
+                app.state.store,
+                slice_secs=settings.job_slice_secs,
+                build_dir=settings.build_dir,
+                min_free_bytes=settings.min_free_bytes,
+                health_secs=settings.health_check_secs,
+            )
             app.state.local_targets = start_workers(
                 runner, settings, measurer_factory or local_measurer_factory(settings)
             )
@@ -172,8 +179,10 @@ def create_app(
     @app.get("/healthz", response_model=HealthOut, operation_id="health", tags=["health"])
     def health(request: Request) -> HealthOut:
         runner: JobRunner | None = request.app.state.runner
+        problems = runner.problems if runner is not None else []
         return HealthOut(
-            status="ok",
+            status="degraded" if problems else "ok",
+            problems=problems,
             version=tunehub.__version__,
             database=type(request.app.state.store).__name__,
             runner=runner is not None and runner.alive,

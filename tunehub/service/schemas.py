@@ -399,9 +399,14 @@ class TargetListOut(BaseModel):
 
 
 class HealthOut(BaseModel):
-    """Liveness."""
+    """Liveness, and whether this process's job runner can work."""
 
-    status: Literal["ok"] = Field(description="Always `ok` when the service answers.")
+    status: Literal["ok", "degraded"] = Field(
+        description="`ok`; `degraded` while the job runner cannot work (its build dir cannot "
+        "take files, or the database takes no writes): it then claims no new job, and lookups "
+        "are still answered."
+    )
+    problems: list[str] = Field(description="Why it is degraded; empty when `ok`.")
     version: str = Field(description="tunehub version.")
     database: str = Field(description="Kind of store behind the service.")
     runner: bool = Field(description="Whether this process's job runner is alive.")
