@@ -133,7 +133,11 @@ class KeyedRoute(APIRoute):
         guard = max(guards, key=lambda g: g.scope.rank)
 
         async def guarded(request: Request) -> Response:
-            await run_in_threadpool(authorize, request, guard.scope, guard.action)
+            open_read = (
+                guard.scope is Scope.READ and not request.app.state.settings.read_requires_key
+            )
+            if not open_read:  # open reads (the compilers' lookups) skip the thread hop
+                await run_in_threadpool(authorize, request, guard.scope, guard.action)
             return await handler(request)
 
         return guarded
