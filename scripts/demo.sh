@@ -7,6 +7,9 @@ bash scripts/setup.sh
 export TUNEHUB_HOME="${TUNEHUB_HOME:-$HOME/.tunehub}"
 port="${TUNEHUB_PORT:-8000}"
 url="http://127.0.0.1:${port}"
+# Writes need an API key: make one for this demo (it is stored hashed, so it is shown only now).
+key=$(.venv/bin/tunehub keys create --scope write --name demo)
+echo "API key for this demo (send it as X-API-Key; the dashboard asks for it): $key"
 .venv/bin/tunehub serve --port "$port" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT INT TERM
@@ -16,7 +19,7 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 echo "submitting a demo job: matmul 256x256x256 float32, 24 trials"
-job=$(curl -fsS -X POST "$url/api/v1/jobs" -H 'content-type: application/json' -d '{
+job=$(curl -fsS -X POST "$url/api/v1/jobs" -H "X-API-Key: $key" -H 'content-type: application/json' -d '{
   "workload": {"op": "matmul", "m": 256, "n": 256, "k": 256, "dtype": "float32"},
   "strategy": "random", "budget": {"max_trials": 24, "max_secs": 180}}')
 id=$(printf '%s' "$job" | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["id"])')
@@ -31,5 +34,5 @@ echo "schedule lookup:"
 echo "  curl '$url/api/v1/schedules/best?op=matmul&m=256&n=256&k=256&dtype=float32'"
 curl -fsS "$url/api/v1/schedules/best?op=matmul&m=256&n=256&k=256&dtype=float32" | .venv/bin/python -m json.tool
 echo
-echo "dashboard: $url/  (Ctrl-C stops the service)"
+echo "dashboard: $url/  (Ctrl-C stops the service; give it the key above to cancel or submit)"
 wait $server

@@ -10,6 +10,7 @@ build and run last ``$TUNEHUB_TEST_BUILD_SECS`` and ``$TUNEHUB_TEST_RUN_SECS``.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import signal
@@ -170,6 +171,33 @@ class SleepyTemplate(FaultyTemplate):
         return Config({"mode": "sleep60"})
 
 
+class MachineTroubleTemplate(FaultyTemplate):
+    """Builds that fail for the machine's reasons, or leave litter behind when killed."""
+
+    name = "test.machine"
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        return SearchSpace(knobs=(Knob("mode", ("ok", "enospc", "cc_full", "litter_hang")),))
+
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        mode = request.config["mode"]
+        if mode == "enospc":
+            raise OSError(errno.ENOSPC, "No space left on device", str(build_dir / "k.c"))
+        if mode == "cc_full":
+            raise BuildFailed(
+                MeasureStatus.BUILD_ERROR,
+                "cc exited with status 1\ncc1: fatal error: error writing to /tmp/ccQx.s: "
+                "No space left on device",
+            )
+        if mode == "litter_hang":  # half-written files, as a compiler killed mid-way leaves
+            (build_dir / f"kernel-abc.c.{os.getpid()}.tmp.c").write_text("half")
+            (Path(os.environ.get("TMPDIR", "/tmp")) / f"cc{os.getpid()}.s").write_text("half")
+            while True:
+                time.sleep(3600)
+        return super().build(request, build_dir=build_dir)
+
+
 register(FaultyTemplate())
 register(PipelineTemplate())
 register(SleepyTemplate())
+register(MachineTroubleTemplate())

@@ -37,22 +37,43 @@ def tunehub_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-class LiveServer:
-    """``tunehub serve`` as a user runs it; ``restart`` kills it hard and starts it again."""
+def create_key(home: Path, scope: str = "write", *extra: str, **env: str) -> str:
+    """A new API key of ``scope``, made with ``tunehub keys create`` in ``home``'s database."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tunehub.cli", "keys", "create", "--scope", scope, *extra],
+        cwd=REPO,
+        env=tunehub_env(home, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
 
-    def __init__(self, home: Path, **env: str) -> None:
+
+class LiveServer:
+    """``tunehub serve`` as a user runs it; ``restart`` kills it hard and starts it again.
+
+    ``key`` is a write key made in its database before it starts; ``command`` runs in place of
+    ``python -m tunehub.cli serve`` (e.g. under ``unshare``), with the same arguments after it.
+    """
+
+    def __init__(self, home: Path, *, command: list[str] | None = None, **env: str) -> None:
         self.home = home
         self.env = tunehub_env(home, **env)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = home / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.command = command or [sys.executable, "-m", "tunehub.cli", "serve"]
+        home.mkdir(parents=True, exist_ok=True)
+        self.key = create_key(home, **env)
 
     def start(self, timeout_secs: float = 60.0) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         log = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tunehub.cli", "serve", "--port", str(self.port)],
+            [*self.command, "--port", str(self.port)],
             cwd=REPO,
             env=self.env,
             stdout=log,

@@ -13,17 +13,21 @@ from fastapi.testclient import TestClient
 from tunehub.core import (
     Config,
     Confirmation,
+    JobState,
+    KeyLimits,
     MeasureRecord,
     MeasureRequest,
     MeasureResult,
     MeasureStatus,
+    Scope,
     Target,
     Worker,
     Workload,
     local_cpu_target,
     utc_now,
 )
-from tunehub.db import MemoryScheduleStore
+from tunehub.core.apikey import new_api_key
+from tunehub.db import MemoryScheduleStore, ScheduleStore
 from tunehub.service.app import create_app
 from tunehub.service.settings import Settings
 
@@ -35,10 +39,22 @@ def store() -> MemoryScheduleStore:
     return MemoryScheduleStore()
 
 
+def add_key(store: ScheduleStore, scope: Scope = Scope.WRITE, **limits: Any) -> str:
+    """A new key of ``scope`` in ``store``; returns the key itself."""
+    token, prefix, digest = new_api_key()
+    store.create_api_key(
+        prefix=prefix, secret_hash=digest, name=f"test {scope}", scope=scope,
+        limits=KeyLimits(**limits),
+    )  # fmt: skip
+    return token
+
+
 @pytest.fixture
 def client(store: MemoryScheduleStore, tmp_path: Any) -> Iterator[TestClient]:
+    """The app on the in-memory store, sending a write key."""
     app = create_app(Settings(home=tmp_path, run_jobs=False), store=store)
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        c.headers["X-API-Key"] = add_key(store)
         yield c
 
 
@@ -398,3 +414,40 @@ def test_lookup_returns_the_confirmed_time(client: TestClient, store: MemorySche
     assert answer["confirmed_gflops"] == pytest.approx(workload.gflops(1.2e-3))
     assert answer["confirmed_spread"] == pytest.approx(0.03) and answer["confirmed_rounds"] == 3
     assert answer["speedup_vs_baseline"] == pytest.approx(1.25)  # against the confirmed time
+
+
+def test_record_and_job_errors_show_the_reason_not_server_paths_or_tracebacks(
+    client: TestClient, store: MemoryScheduleStore
+) -> None:
+    job_id = submit(client).json()["id"]
+    traceback = (
+        "RuntimeError: faulty template was asked to raise\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/tunehub/.venv/lib/python3.11/site-packages/tunehub/workers/sandbox.py", '
+        "line 211, in run_job\n"
+        "    result = template.run(job.request, job.artifact, timing=job.timing)\n"
+        "RuntimeError: faulty template was asked to raise"
+    )
+    compiler = "/root/.tunehub/build/kernel-0a1b.c:7:3: error: 'MR' undeclared"
+    local = local_cpu_target()
+    for i, error in enumerate((traceback, compiler)):
+        failed = dataclasses.replace(
+            record(local, Workload(**SHAPE), {"MR": i}, None), job_id=job_id
+        )
+        failed = dataclasses.replace(
+            failed, result=MeasureResult(MeasureStatus.RUNTIME_ERROR, error=error)
+        )
+        store.commit_records([failed])
+    shown = [r["error"] for r in client.get(f"/api/v1/jobs/{job_id}/records").json()["items"]]
+    assert shown[0] == (
+        "RuntimeError: faulty template was asked to raise\n"
+        "RuntimeError: faulty template was asked to raise"
+    )
+    assert shown[1] == "kernel-0a1b.c:7:3: error: 'MR' undeclared"
+    assert all("/" not in e and "Traceback" not in e for e in shown)
+    # The store keeps every detail for the operator.
+    assert store.job_records(job_id)[0].result.error == traceback
+    store.set_job_state(job_id, JobState.FAILED, error="OSError: [Errno 28] /srv/x/build: full")
+    assert client.get(f"/api/v1/jobs/{job_id}").json()["error"] == (
+        "OSError: [Errno 28] build: full"
+    )

@@ -41,9 +41,11 @@ from tunehub.core import (
     MeasureRequest,
     MeasureResult,
     MeasureStatus,
+    Scope,
     Target,
     Workload,
 )
+from tunehub.core.apikey import new_api_key
 from tunehub.db import MemoryScheduleStore, SqlScheduleStore, upgrade
 from tunehub.service import dashboard
 from tunehub.service.app import create_app
@@ -139,7 +141,7 @@ def gflops_text(secs: float) -> str:
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     app = create_app(Settings(home=tmp_path, run_jobs=False), store=MemoryScheduleStore())
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -493,14 +495,16 @@ def test_job_page_shows_summary_chart_and_every_record(
 
 
 @needs_chromium
-def test_job_page_of_a_queued_job_offers_cancel(
+def test_job_page_of_a_queued_job_asks_for_a_key_before_offering_cancel(
     seeded_site: tuple[str, dict[str, int]], profile: Path
 ) -> None:
     base, ids = seeded_site
     dom = dump_dom(f"{base}/jobs/{ids['waiting']}", profile)
     assert dom.by_id("job-summary").attrs["data-state"] == "queued"
     assert "waiting for a worker of target " + TARGET.label in dom.by_id("job-summary").text()
-    assert "hidden" not in dom.by_id("cancel-button").attrs
+    assert "hidden" in dom.by_id("cancel-button").attrs, "no key yet: no cancel"
+    assert "hidden" not in dom.by_id("cancel-needs-key").attrs
+    assert dom.by_id("key-state").text() == "No API key"
     assert "no measurements yet" in dom.by_id("best-chart").text()
     assert dom.by_id("records-table").find_all("tr", {"data-status": None}) == []
     assert_clean_text(dom.by_id("job-body"))
@@ -577,6 +581,7 @@ class DevTools:
         attached = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})
         session: str = attached["sessionId"]
         self.call("Runtime.enable", session=session)
+        self.call("Log.enable", session=session)
         self.call("Page.enable", session=session)
         self.call("Page.navigate", {"url": url}, session=session)
         return session
@@ -609,6 +614,11 @@ class DevTools:
                 event.get("method") == "Runtime.consoleAPICalled" and params.get("type") == "error"
             ):
                 errors.append(json.dumps(params.get("args", []))[:500])
+            elif (
+                event.get("method") == "Log.entryAdded"
+                and params.get("entry", {}).get("source") == "security"
+            ):  # what the content-security policy refused
+                errors.append(json.dumps(params["entry"])[:500])
         return errors
 
     def close(self) -> None:
@@ -623,16 +633,37 @@ class DevTools:
         os.close(self._out)
 
 
+def add_key(url: str, scope: Scope) -> str:
+    """A new API key of ``scope`` in the database at ``url``; returns the key."""
+    token, prefix, digest = new_api_key()
+    store = SqlScheduleStore(url)
+    try:
+        store.create_api_key(prefix=prefix, secret_hash=digest, name="browser", scope=scope)
+    finally:
+        store.close()
+    return token
+
+
+def enter_key(browser: DevTools, session: str, key: str, *, accepted: bool = True) -> None:
+    """Type ``key`` into the page's key form, as a person does, and submit it."""
+    browser.evaluate(session, f"document.getElementById('key-input').value = {json.dumps(key)}")
+    browser.evaluate(session, "document.getElementById('key-form').requestSubmit()")
+    if accepted:
+        browser.wait_for(session, "document.getElementById('key-state').dataset.key === 'set'")
+
+
 @needs_chromium
 def test_job_page_follows_a_live_job_and_cancels_it(tmp_path: Path, profile: Path) -> None:
-    """New records appear without a reload while the job is queued; Cancel really cancels, and
-    the jobs list open in another tab follows."""
+    """New records appear without a reload while the job is queued; Cancel is offered once a
+    key is given, really cancels (the key travels in a header, no cookie), and the jobs list
+    open in another tab follows."""
     assert CHROMIUM is not None
     home = tmp_path / "home"
     home.mkdir()
     url = f"sqlite:///{home / 'tunehub.db'}"
     ids = seed(url)
     job_id = ids["waiting"]
+    key = add_key(url, Scope.ADMIN)  # the seeded job has no key of its own
     with running_server(Settings(home=home, run_jobs=False)) as base:
         browser = DevTools(CHROMIUM, profile)
         try:
@@ -641,11 +672,20 @@ def test_job_page_follows_a_live_job_and_cancels_it(tmp_path: Path, profile: Pat
             assert browser.wait_for(listing, f"{row}?.dataset.state") == "queued"
             page = browser.open(f"{base}/jobs/{job_id}")
             browser.wait_for(page, "document.getElementById('job-summary')?.dataset.state")
-            assert (
-                browser.evaluate(page, "document.getElementById('cancel-button').hidden") is False
+            hidden = "document.getElementById('cancel-button').hidden"
+            assert browser.evaluate(page, hidden) is True, "no key yet: no cancel"
+            browser.evaluate(page, "document.getElementById('cancel-needs-key').click()")
+            assert browser.evaluate(page, "document.getElementById('key-form').hidden") is False
+            enter_key(browser, page, "not a key", accepted=False)
+            assert "not a tunehub API key" in browser.evaluate(
+                page, "document.getElementById('key-message').textContent"
             )
+            enter_key(browser, page, key)
+            assert browser.evaluate(page, hidden) is False
+            assert browser.evaluate(page, "sessionStorage.getItem('tunehub.apiKey')") == key
+            assert browser.evaluate(page, "document.cookie") == ""
 
-            # A worker stores two records, one at a time; the page picks them up on its own.
+            # A worker stores two records, one commit each; the page picks them up on its own.
             writer = SqlScheduleStore(url)
             try:
                 writer.commit_records([make_record(job_id, 1, MeasureStatus.OK, 4.0e-3, "")])
@@ -678,6 +718,55 @@ def test_job_page_follows_a_live_job_and_cancels_it(tmp_path: Path, profile: Pat
             assert browser.page_errors() == []
         finally:
             browser.close()
+
+
+@needs_chromium
+def test_jobs_page_submits_a_job_with_the_key_and_shows_what_is_refused(
+    tmp_path: Path, profile: Path
+) -> None:
+    assert CHROMIUM is not None
+    home = tmp_path / "home"
+    home.mkdir()
+    url = f"sqlite:///{home / 'tunehub.db'}"
+    seed(url)
+    key = add_key(url, Scope.WRITE)
+    with running_server(Settings(home=home, run_jobs=False)) as base:
+        browser = DevTools(CHROMIUM, profile)
+        try:
+            page = browser.open(f"{base}/")
+            browser.wait_for(page, "!!document.querySelector('#jobs-table tr[data-job-id]')")
+            form_hidden = "document.getElementById('submit-form').hidden"
+            assert browser.evaluate(page, form_hidden) is True, "no key: no submit form"
+            enter_key(browser, page, key)
+            assert browser.evaluate(page, form_hidden) is False
+            set_field = "document.querySelector('#submit-form [name={}]').value = '{}'"
+            for name, value in (("m", "48"), ("n", "40"), ("k", "32"), ("max_secs", "604800")):
+                browser.evaluate(page, set_field.format(name, value))
+            browser.evaluate(page, "document.getElementById('submit-form').requestSubmit()")
+            message = browser.wait_for(
+                page,
+                "(() => { const e = document.getElementById('submit-error');"
+                " return e.hidden ? null : e.textContent; })()",
+            )
+            assert "budget.max_secs: at most 21600 s" in message
+            browser.evaluate(page, set_field.format("max_secs", "120"))
+            browser.evaluate(page, "document.getElementById('submit-form').requestSubmit()")
+            job_path = browser.wait_for(
+                page, "location.pathname.startsWith('/jobs/') && location.pathname"
+            )
+            browser.wait_for(page, "document.getElementById('job-summary')?.dataset.state")
+            assert (
+                browser.evaluate(page, "document.getElementById('cancel-button').hidden") is False
+            )
+            assert browser.page_errors() == []
+        finally:
+            browser.close()
+    store = SqlScheduleStore(url)
+    try:
+        job = store.get_job(int(job_path.rsplit("/", 1)[1]))
+    finally:
+        store.close()
+    assert job.spec.workload.label == "matmul 48x40x32 float32" and job.api_key_id is not None
 
 
 # --- a small DOM for the dumped HTML --------------------------------------------------------

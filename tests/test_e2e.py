@@ -27,7 +27,7 @@ def wait_for(predicate, timeout_secs: float, what: str) -> None:  # type: ignore
 
 def test_job_over_http_becomes_the_schedule_a_lookup_returns(tmp_path: Path) -> None:
     shape = {"m": 97, "n": 80, "k": 71, "dtype": "float32"}
-    with LiveServer(tmp_path) as server, TunehubClient(server.url) as client:
+    with LiveServer(tmp_path) as server, TunehubClient(server.url, api_key=server.key) as client:
         assert client.best_schedule(shape) is None
         job = client.submit_job(shape, max_trials=5, max_secs=240)
         assert job["state"] == "queued"
@@ -68,7 +68,7 @@ def test_crashing_and_hanging_candidates_cost_one_record_each(tmp_path: Path) ->
         LiveServer(
             tmp_path, TUNEHUB_MEASURE_TIMEOUT_SECS="3", TUNEHUB_BUILD_TIMEOUT_SECS="3"
         ) as server,
-        TunehubClient(server.url) as client,
+        TunehubClient(server.url, api_key=server.key) as client,
     ):
         job = client.submit_job(
             {"m": 8, "n": 8, "k": 8},
@@ -97,13 +97,13 @@ def test_restart_mid_job_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     server = LiveServer(tmp_path)
     server.start()
     try:
-        with TunehubClient(server.url) as client:
+        with TunehubClient(server.url, api_key=server.key) as client:
             job_id = client.submit_job(shape, max_trials=trials, max_secs=600)["id"]
             wait_for(
                 lambda: client.get_job(job_id)["trials_done"] >= 3, 240, "3 trials before restart"
             )
         server.restart()  # SIGKILL mid-job, then start again on the same data dir
-        with TunehubClient(server.url) as client:
+        with TunehubClient(server.url, api_key=server.key) as client:
             done = client.wait(job_id, timeout_secs=400)
             assert done["state"] == "succeeded", (done, server.logs())
             records = client.job_records(job_id)
@@ -128,7 +128,7 @@ def test_a_served_job_and_tunehub_tune_never_time_at_once(tmp_path: Path) -> Non
     trials = 16
     with (
         LiveServer(tmp_path / "serve", **env) as server,
-        TunehubClient(server.url) as client,
+        TunehubClient(server.url, api_key=server.key) as client,
     ):
         job = client.submit_job(
             {"m": 8, "n": 8, "k": 8}, template="test.pipeline", max_trials=trials, max_secs=120

@@ -299,3 +299,73 @@ def test_a_sandbox_that_fails_to_start_once_is_retried(tmp_path: Path) -> None:
     ) as m:
         result = m.measure([faulty("ok")])[0]
     assert result.status is MeasureStatus.OK, result.error
+
+
+# --- the machine's failures are not the config's ------------------------------------------------
+def machine(mode: str) -> MeasureRequest:
+    return MeasureRequest(WORKLOAD, TARGET, "test.machine", 1, Config({"mode": mode}))
+
+
+@pytest.mark.parametrize("mode", ["enospc", "cc_full"])
+def test_a_build_the_disk_refuses_is_a_worker_error_not_a_verdict(
+    tmp_path: Path, mode: str
+) -> None:
+    import tests.faulty_template  # noqa: F401 - registers test.machine here
+    from tunehub.workers.sandbox import BuildJob, build_job
+
+    built = build_job(BuildJob(machine(mode), str(tmp_path / "build")))
+    assert built.failure is not None and built.failure.status is MeasureStatus.WORKER_ERROR
+    assert "the machine cannot build" in built.failure.error
+    assert "No space left on device" in built.failure.error
+
+
+def test_a_build_dir_that_cannot_take_files_is_a_worker_error(tmp_path: Path) -> None:
+    import tests.faulty_template  # noqa: F401
+    from tunehub.workers.sandbox import BuildJob, build_job
+
+    blocked = tmp_path / "build"
+    blocked.write_text("not a directory")
+    built = build_job(BuildJob(machine("ok"), str(blocked)))
+    assert built.failure is not None and built.failure.status is MeasureStatus.WORKER_ERROR
+    assert "is not writable" in built.failure.error
+    assert build_job(BuildJob(machine("ok"), str(tmp_path / "fine"))).artifact is not None
+
+
+def test_a_killed_build_leaves_no_temporary_files(tmp_path: Path) -> None:
+    build_dir = tmp_path / "build"
+    with LocalMeasurer(
+        workdir=tmp_path / "work",
+        build_dir=build_dir,
+        build_timeout_secs=2.0,
+        env=PLUGIN_ENV,
+        timing=FAST,
+        builders=1,
+    ) as m:
+        (result,) = m.measure([machine("litter_hang")])
+        assert result.status is MeasureStatus.TIMEOUT
+        assert [p.name for p in build_dir.iterdir() if ".tmp" in p.name] == []
+        tmp = tmp_path / "work" / "tmp-build-0"
+        assert tmp.is_dir() and list(tmp.iterdir()) == []
+        (ok,) = m.measure([machine("ok")])  # a fresh sandbox serves the next one
+        assert ok.status is MeasureStatus.OK
+
+
+def test_the_build_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    from tunehub.kernels.build import build_shared_library, evict_build_cache
+
+    sources = [f"int f{i}(void) {{ return {i}; }}\n" for i in range(3)]
+    libs = [build_shared_library(src, build_dir=tmp_path).path for src in sources]
+    for i, lib in enumerate(libs):  # built long ago, oldest first
+        os.utime(lib, (1000.0 + i, 1000.0 + i))
+        os.utime(lib.with_suffix(".c"), (1000.0 + i, 1000.0 + i))
+    again = build_shared_library(sources[0], build_dir=tmp_path)  # a cache hit is a use
+    assert again.cached and again.path.stat().st_mtime > 2000
+    one = libs[0].stat().st_size + libs[0].with_suffix(".c").stat().st_size
+    total = sum(p.stat().st_size for p in tmp_path.iterdir())
+    freed = evict_build_cache(tmp_path, total - one, keep_secs=60)
+    assert freed >= one
+    left = {p.name for p in tmp_path.iterdir()}
+    assert libs[0].name in left, "the one just used stays"
+    assert libs[1].name not in left, "the least recently used went first"
+    # Entries used within keep_secs stay, whatever the limit.
+    assert evict_build_cache(tmp_path, 1, keep_secs=1e12) == 0

@@ -31,7 +31,16 @@ from tunehub.db import (
 from tunehub.db.migrate import MIGRATIONS_DIR, alembic_config
 from tunehub.db.tables import Base, TargetRow
 
-TABLES = {"targets", "workloads", "jobs", "records", "schedules", "baselines", "workers"}
+TABLES = {
+    "targets",
+    "workloads",
+    "jobs",
+    "records",
+    "schedules",
+    "baselines",
+    "workers",
+    "api_keys",
+}
 
 
 def _differences(url: str, metadata: MetaData) -> list[object]:
@@ -49,7 +58,7 @@ def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'new.db'}"
     assert current_revision(url) is None
     upgrade(url)
-    assert current_revision(url) == head_revision() == "0004"
+    assert current_revision(url) == head_revision() == "0006"
     check_at_head(url)
     upgrade(url)  # at head already: nothing to do
     engine = make_engine(url)
@@ -207,6 +216,60 @@ def test_upgrade_from_0003_keeps_keys_schedules_and_baselines(empty_url: str) ->
     engine.dispose()
 
 
+def test_upgrade_from_0004_queues_old_jobs_by_creation_and_gives_them_no_key(
+    empty_url: str,
+) -> None:
+    upgrade(empty_url, revision="0004")
+    engine = make_engine(empty_url)
+    target = local_cpu_target()
+    workload = Workload(m=8, n=8, k=8)
+    with engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO targets VALUES (:key, :family, 'cpu', :name, :data, :now)"),
+            {
+                "key": target.target_key,
+                "family": target.family_key,
+                "name": target.name,
+                "data": json.dumps(target.to_dict()),
+                "now": "2026-11-22 00:00:00+00:00",
+            },
+        )
+        conn.execute(
+            text(
+                "INSERT INTO workloads (workload_key, op, m, n, k, dtype, epilogue, created_at)"
+                " VALUES (:key, 'matmul', 8, 8, 8, 'float32', 'none', :now)"
+            ),
+            {"key": workload.key, "now": "2026-11-22 00:00:00+00:00"},
+        )
+        for job_id, created in ((1, "2026-11-22 01:00:00+00:00"), (2, "2026-11-22 00:30:00+00:00")):
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, workload_key, target_key, template, strategy, budget,"
+                    " seed, state, trials_done, error, created_at)"
+                    " VALUES (:id, :w, :t, 'blis.gemm', 'random', :budget, 0, 'queued', 0, '',"
+                    " :created)"
+                ),
+                {
+                    "id": job_id,
+                    "w": workload.key,
+                    "t": target.target_key,
+                    "budget": json.dumps({"max_trials": 4, "max_secs": 60.0}),
+                    "created": created,
+                },
+            )
+    upgrade(engine)
+    check_at_head(engine)
+    store = SqlScheduleStore(engine)
+    assert [j.api_key_id for j in store.list_jobs()] == [None, None]
+    claimed = store.claim_job()
+    assert claimed is not None and claimed.id == 2  # it was queued first
+    command.downgrade(alembic_config(empty_url), "0004")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM jobs")).scalar_one() == 2
+        assert "api_keys" not in inspect(conn).get_table_names()
+    engine.dispose()
+
+
 def test_a_database_from_a_newer_tunehub_names_both_revisions(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'newer.db'}"
     upgrade(url)
@@ -243,6 +306,7 @@ def test_the_migrations_ship_as_package_data() -> None:
         "0002_baselines.py",
         "0003_job_owner.py",
         "0004_pipeline.py",
+        "0006_api_keys.py",
     ]
 
 
@@ -291,8 +355,9 @@ def test_sqlite_refuses_rows_breaking_foreign_keys(sqlite_url: str) -> None:
         conn.execute(
             text(
                 "INSERT INTO jobs (workload_key, target_key, template, strategy, budget, seed,"
-                " state, trials_done, error, created_at) VALUES ('w', 't', 'blis.gemm',"
-                " 'random', '{}', 0, 'queued', 0, '', '2024-01-01 00:00:00')"
+                " state, trials_done, error, created_at, queued_at) VALUES ('w', 't',"
+                " 'blis.gemm', 'random', '{}', 0, 'queued', 0, '', '2024-01-01 00:00:00',"
+                " '2024-01-01 00:00:00')"
             )
         )
     engine.dispose()

@@ -305,3 +305,113 @@ def test_a_job_of_an_unknown_template_fails_clearly() -> None:
     runner.run_job(job)
     job = store.get_job(job_id)
     assert job.state is JobState.FAILED and "no.such" in job.error
+
+
+# --- sharing a device, and a broken environment ------------------------------------------------
+def test_jobs_of_one_target_take_turns_and_lose_or_repeat_nothing() -> None:
+    """With a short time slice, a long job is handed back to the queue while another waits;
+    both finish with every trial once and the right tuning time."""
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    history = replay_history(target)
+    long_job = submit(store, target, trials=40)
+    short_job = submit(store, target, trials=6)
+    runner = JobRunner(
+        store, lambda: SlowReplay(history, target=target), poll_secs=0.01, slice_secs=0.2
+    )
+    runner.start()
+    try:
+        assert wait_finished(store, short_job, 60) is JobState.SUCCEEDED
+        assert store.get_job(long_job).trials_done < 40, "the short job did not wait for it"
+        assert wait_finished(store, long_job, 60) is JobState.SUCCEEDED
+    finally:
+        runner.stop()
+    for job_id, trials in ((long_job, 40), (short_job, 6)):
+        job = store.get_job(job_id)
+        records = store.job_records(job_id)
+        assert job.trials_done == trials == len(records)
+        assert len({r.config.key for r in records}) == trials  # nothing measured twice
+        assert job.tuning_secs > 0
+    # The long job started first, yet some of its records came after the short job's.
+    long_seqs = [r.seq or 0 for r in store.job_records(long_job)]
+    short_seqs = [r.seq or 0 for r in store.job_records(short_job)]
+    assert min(long_seqs) < min(short_seqs) < max(short_seqs) < max(long_seqs)
+
+
+def test_a_job_alone_on_its_target_keeps_running_past_its_slice() -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    job_id = submit(store, target, trials=12)
+    runner = JobRunner(
+        store,
+        lambda: SlowReplay(replay_history(target), target=target),
+        poll_secs=0.01,
+        slice_secs=0.05,
+    )
+    job = store.claim_job()
+    assert job is not None
+    runner.run_job(job)  # one run, to the end: nobody else waited
+    assert store.get_job(job_id).state is JobState.SUCCEEDED
+
+
+def test_a_cancel_while_a_paused_job_drains_stands() -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    history = replay_history(target)
+    job_id = submit(store, target, trials=1000)
+    other = submit(store, target, trials=1000)
+    runner = JobRunner(
+        store, lambda: SlowReplay(history, target=target), poll_secs=0.01, slice_secs=0.1
+    )
+    runner.start()
+    try:
+        wait_for(lambda: store.get_job(other).state is JobState.RUNNING, 20)  # job 1 yielded
+        store.set_job_state(job_id, JobState.CANCELLED, error="cancelled by request")
+        time.sleep(0.5)
+        assert store.get_job(job_id).state is JobState.CANCELLED
+        store.set_job_state(other, JobState.CANCELLED, error="cancelled by request")
+        wait_for(lambda: all(w.current_job is None for w in runner.workers), 10)
+    finally:
+        runner.stop()
+    assert store.get_job(job_id).state is JobState.CANCELLED
+    assert store.get_job(other).state is JobState.CANCELLED
+
+
+def test_a_runner_whose_build_dir_cannot_take_files_is_degraded_and_claims_nothing(
+    tmp_path: Path,
+) -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    build_dir = tmp_path / "build"
+    build_dir.write_text("a file where the build dir should be")
+    job_id = submit(store, target)
+    runner = JobRunner(
+        store,
+        lambda: ReplayMeasurer(replay_history(target), target=target),
+        poll_secs=0.01,
+        heartbeat_secs=0.05,
+        build_dir=build_dir,
+    )
+    runner.start()
+    try:
+        assert runner.problems and "build dir" in runner.problems[0]
+        time.sleep(0.5)
+        assert store.get_job(job_id).state is JobState.QUEUED  # not claimed while degraded
+        build_dir.unlink()
+        wait_for(lambda: not runner.problems, 10)
+        assert wait_finished(store, job_id) is JobState.SUCCEEDED
+    finally:
+        runner.stop()
+
+
+def test_low_free_space_degrades_the_runner(tmp_path: Path) -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    runner = JobRunner(
+        store,
+        lambda: ReplayMeasurer([], target=target),
+        build_dir=tmp_path,
+        min_free_bytes=1 << 62,
+    )
+    (problem,) = runner.check_health()
+    assert "MiB free, less than" in problem and "TUNEHUB_MIN_FREE_BYTES" in problem

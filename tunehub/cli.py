@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -19,13 +19,37 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def _settings() -> Any:
+    """The service's settings; a malformed TUNEHUB_* variable is a one-line error."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
     from tunehub.service.settings import Settings
 
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "TUNEHUB_" + ".".join(str(p) for p in first["loc"]).upper()
+        _fail(f"{name}: {first['msg']} (got {str(first.get('input'))[:80]!r})")
+    except SettingsError as exc:
+        _fail(f"settings: {exc}")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise click.ClickException(message)
+
+
+def _home(settings: Any) -> Any:
+    """The data dir, created if missing; a one-line error when it cannot be made or written."""
+    from tunehub.kernels.build import dir_problem
+
+    problem = dir_problem(settings.home)
+    if problem is not None:
+        _fail(
+            f"TUNEHUB_HOME: {problem}; make it writable or point TUNEHUB_HOME at a "
+            "writable directory"
+        )
+    return settings.home
 
 
 def _workload(
@@ -78,17 +102,85 @@ def workload_options(func: Any) -> Any:
 
 
 def _open_store(url: str, *, init: bool) -> Any:
-    """Open the store at ``url``; a brand-new database is created at head when ``init``."""
-    from tunehub.db import SchemaOutOfDate, SqlScheduleStore, check_at_head, current_revision
+    """Open the store at ``url``; a brand-new database is created at head when ``init``.
+
+    Every way this can fail (an unreachable or unwritable database, a schema at another
+    revision, tables that no tunehub migration made) is a one-line error saying what to do.
+    """
+    from tunehub.db import SchemaOutOfDate, SqlScheduleStore, check_at_head
     from tunehub.db import upgrade as db_upgrade
 
     try:
-        if init and current_revision(url) is None:
+        state = database_state(url)
+        if state == "foreign":
+            _fail(database_problem(url, RuntimeError("tables but no revision")))
+        if init and state == "empty":
             db_upgrade(url)
         check_at_head(url)
+        return SqlScheduleStore(url)
     except SchemaOutOfDate as exc:
         _fail(str(exc))
-    return SqlScheduleStore(url)
+    except click.ClickException:
+        raise
+    except Exception as exc:
+        _fail(database_problem(url, exc))
+
+
+def database_state(url: str) -> str:
+    """``empty`` (no tables at all), ``migrated`` (an Alembic revision), or ``foreign``
+    (tables but no revision: made outside tunehub's migrations, or its revision was lost)."""
+    from sqlalchemy import inspect
+
+    from tunehub.db import current_revision, make_engine
+
+    if current_revision(url) is not None:
+        return "migrated"
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+    return "foreign" if tables else "empty"
+
+
+def database_problem(url: str, exc: BaseException) -> str:
+    """One line saying why the database at ``url`` cannot be used, and what to do."""
+    from sqlalchemy.exc import DBAPIError
+
+    from tunehub.db.engine import safe_url
+
+    where = f"database {safe_url(url)}"
+    if str(exc) == "tables but no revision" or (
+        isinstance(exc, DBAPIError) and "already exists" in str(exc.orig)
+    ):
+        return (
+            f"{where} has tables but no tunehub schema revision: tunehub did not create "
+            "it (or its alembic_version table was lost); use an empty database, or "
+            "restore alembic_version"
+        )
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        reason = " ".join(str(exc.orig).split())[:300]
+        if database_state_safe(url) == "foreign":
+            return (
+                f"{where} has tables but no tunehub schema revision: tunehub did not create "
+                "it (or its alembic_version table was lost); use an empty database, or "
+                "restore alembic_version"
+            )
+        if "readonly" in reason or "read-only" in reason:
+            return f"{where} is read-only ({reason}); tunehub needs to write to it"
+        return (
+            f"{where} cannot be used: {reason}; check TUNEHUB_DATABASE_URL and that the "
+            "server is up and reachable"
+        )
+    return f"{where} cannot be used: {type(exc).__name__}: {exc}"
+
+
+def database_state_safe(url: str) -> str | None:
+    try:
+        return database_state(url)
+    except Exception:
+        return None
 
 
 @click.group()
@@ -111,24 +203,56 @@ def main(verbose: int) -> None:
 def serve(host: str | None, port: int | None, no_runner: bool) -> None:
     """Start the API, the dashboard and the job runner.
 
-    A new database is created at the current schema; an older one is refused until you run
-    `tunehub db upgrade`.
+    First it checks what it needs and says what to do when something is wrong: the data dir
+    (and, with the runner, its build dir) must be writable, the database reachable and at
+    this tunehub's schema. A new database is created at the current schema; an older one is
+    refused until you run `tunehub db upgrade`.
     """
     import uvicorn
 
+    from tunehub.core import Scope
+    from tunehub.kernels.build import dir_problem
     from tunehub.service.app import create_app
 
     settings = _settings()
-    settings.home.mkdir(parents=True, exist_ok=True)
+    _home(settings)
     if no_runner:
         settings.run_jobs = False
+    else:
+        problem = dir_problem(settings.build_dir)
+        if problem is not None:
+            _fail(f"build dir: {problem}; the job runner compiles kernels there")
+        low = dir_problem(settings.build_dir, min_free_bytes=settings.min_free_bytes)
+        if low is not None:
+            click.echo(f"tunehub: warning: {low}; jobs wait until there is room", err=True)
     url = settings.resolved_database_url()
-    _open_store(url, init=True).close()
+    store = _open_store(url, init=True)
+    try:
+        writers = [k for k in store.list_api_keys() if k.active and k.scope.allows(Scope.WRITE)]
+    except Exception as exc:
+        _fail(database_problem(url, exc))
+    finally:
+        store.close()
     host = host or settings.host
     port = settings.port if port is None else port
+    if host not in ("0.0.0.0", "::", "") and "*" not in settings.allowed_hosts:
+        settings.allowed_hosts = [*settings.allowed_hosts, host]  # its own address is served
     logging.getLogger("tunehub").setLevel(logging.INFO)
     click.echo(f"tunehub: dashboard and API on http://{host}:{port}/ (data: {settings.home})")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    if not writers:
+        click.echo(
+            "tunehub: no API key can submit jobs yet: make one with "
+            "`tunehub keys create --scope write`",
+            err=True,
+        )
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_keep_alive=5,
+        limit_concurrency=settings.max_connections,
+    )
 
 
 @main.command()
@@ -202,7 +326,7 @@ def tune(
     except UnknownName as exc:
         raise click.BadParameter(str(exc), param_hint="--template") from None
     settings = _settings()
-    settings.home.mkdir(parents=True, exist_ok=True)
+    _home(settings)
     measurer = LocalMeasurer(
         device=device,
         build_dir=settings.build_dir,
@@ -211,6 +335,7 @@ def tune(
         max_candidate_secs=settings.max_candidate_secs,
         build_timeout_secs=settings.build_timeout_secs,
         builders=settings.builders,
+        build_cache_max_bytes=settings.build_cache_max_bytes,
     )
     try:
         target = measurer.target
@@ -392,7 +517,7 @@ def lookup(
         return
     from tunehub.tuner import find_schedule
 
-    store = _open_store(_settings().resolved_database_url(), init=False)
+    store = _open_store(_store_url(), init=False)
     from tunehub.service.deps import resolve_target
 
     try:
@@ -428,7 +553,7 @@ def jobs(limit: int, url: str | None) -> None:
                  j["best_gflops"], j["workload_label"])
             )  # fmt: skip
     else:
-        store = _open_store(_settings().resolved_database_url(), init=False)
+        store = _open_store(_store_url(), init=False)
         for job in store.list_jobs(limit=limit):
             rows.append(
                 (job.id, job.state.value, job.trials_done, job.spec.budget.max_trials,
@@ -457,10 +582,17 @@ def db_upgrade_cmd() -> None:
     from tunehub.db.engine import safe_url
 
     settings = _settings()
-    settings.home.mkdir(parents=True, exist_ok=True)
+    _home(settings)
     url = settings.resolved_database_url()
-    before = current_revision(url)
-    db_upgrade(url)
+    try:
+        before = current_revision(url)
+        if before is None and database_state(url) == "foreign":
+            _fail(database_problem(url, RuntimeError("tables but no revision")))
+        db_upgrade(url)
+    except click.ClickException:
+        raise
+    except Exception as exc:
+        _fail(database_problem(url, exc))
     click.echo(f"database {safe_url(url)}: {before or 'empty'} -> {head_revision()} (head)")
 
 
@@ -470,10 +602,152 @@ def db_current_cmd() -> None:
     from tunehub.db import current_revision, head_revision
     from tunehub.db.engine import safe_url
 
-    url = _settings().resolved_database_url()
+    url = _store_url()
+    try:
+        current = current_revision(url)
+    except Exception as exc:
+        _fail(database_problem(url, exc))
+    click.echo(f"database {safe_url(url)}: {current or 'empty'}; head {head_revision()}")
+
+
+def _store_url() -> str:
+    """The database URL of the settings (the data dir checked first)."""
+    settings = _settings()
+    _home(settings)
+    url: str = settings.resolved_database_url()
+    return url
+
+
+# --- API keys ------------------------------------------------------------------------------
+@main.group()
+def keys() -> None:
+    """API keys: writes over HTTP need one (reads too, if TUNEHUB_READ_REQUIRES_KEY is set).
+
+    Keys are stored hashed: a key is shown once, when it is made.
+    """
+
+
+@keys.command("create")
+@click.option(
+    "--scope",
+    type=click.Choice(["read", "write", "admin"]),
+    default="write",
+    show_default=True,
+    help="read: closed reads; write: submit jobs and cancel its own; admin: everything.",
+)
+@click.option("--name", default=None, help="Who or what it is for (default: the scope).")
+@click.option(
+    "--max-trials",
+    type=click.IntRange(1, MAX_TRIALS),
+    default=None,
+    help="Most trials per job for this key (default TUNEHUB_MAX_JOB_TRIALS).",
+)
+@click.option(
+    "--max-secs",
+    type=click.FloatRange(1, MAX_SECS),
+    default=None,
+    help="Most tuning seconds per job (default TUNEHUB_MAX_JOB_SECS).",
+)
+@click.option("--max-queued-jobs", type=click.IntRange(1, 100_000), default=None,
+              help="Jobs it may have queued or running (default "
+              "TUNEHUB_MAX_QUEUED_JOBS_PER_KEY).")  # fmt: skip
+def keys_create(
+    scope: str,
+    name: str | None,
+    max_trials: int | None,
+    max_secs: float | None,
+    max_queued_jobs: int | None,
+) -> None:
+    """Make a key and print it (only now: it is stored hashed)."""
+    from tunehub.core import KeyLimits, Scope
+    from tunehub.core.apikey import check_key_name, new_api_key
+
+    name = name or f"{scope} key"
+    try:
+        check_key_name(name)
+    except InvalidSpec as exc:
+        raise click.BadParameter(exc.reason, param_hint="--name") from None
+    store = _open_store(_store_url(), init=True)
+    try:
+        for _ in range(5):  # a clash of the random 8-digit prefixes is rare; draw again
+            token, prefix, digest = new_api_key()
+            try:
+                key = store.create_api_key(
+                    prefix=prefix,
+                    secret_hash=digest,
+                    name=name,
+                    scope=Scope(scope),
+                    limits=KeyLimits(max_trials, max_secs, max_queued_jobs),
+                )
+                break
+            except ValueError:
+                continue
+        else:
+            _fail("could not draw an unused key prefix; try again")
+    finally:
+        store.close()
+    click.echo(token)
     click.echo(
-        f"database {safe_url(url)}: {current_revision(url) or 'empty'}; head {head_revision()}"
+        f"API key {key.id} ({name}, scope {scope}) made; this is the only time it is shown. "
+        "Send it in the X-API-Key header.",
+        err=True,
     )
+
+
+@keys.command("list")
+def keys_list() -> None:
+    """Every key: id, prefix, scope, name, when made, revoked or not, its own limits."""
+    store = _open_store(_store_url(), init=False)
+    try:
+        found = store.list_api_keys()
+    finally:
+        store.close()
+    if not found:
+        click.echo("no API keys yet: `tunehub keys create --scope write`")
+        return
+    click.echo(f"{'id':>4}  {'key':<12} {'scope':<6} {'state':<8} {'created (UTC)':<17} name")
+    for key in found:
+        state = "active" if key.active else "revoked"
+        limits = [
+            f"{label} {value:g}"
+            for label, value in (
+                ("trials", key.limits.max_trials),
+                ("secs", key.limits.max_secs),
+                ("queued", key.limits.max_queued_jobs),
+            )
+            if value is not None
+        ]
+        extra = f"  [{', '.join(limits)}]" if limits else ""
+        created = key.created_at.strftime("%Y-%m-%d %H:%M")
+        click.echo(
+            f"{key.id:>4}  th_{key.prefix:<9} {key.scope.value:<6} {state:<8} {created:<17} "
+            f"{key.name}{extra}"
+        )
+
+
+@keys.command("revoke")
+@click.argument("key")
+def keys_revoke(key: str) -> None:
+    """Revoke KEY (its id, its th_xxxxxxxx prefix, or the key itself): it stops working at
+    once. Its jobs run on."""
+    from tunehub.core.apikey import parse_api_key
+    from tunehub.db import ApiKeyNotFound
+
+    store = _open_store(_store_url(), init=False)
+    try:
+        if key.isdigit():
+            found = store.get_api_key(key_id=int(key))
+        else:
+            prefix = parse_api_key(key) or key.removeprefix("th_")
+            found = store.get_api_key(prefix=prefix) if len(prefix) == 8 else None
+        if found is None:
+            raise ApiKeyNotFound(key)
+        revoked = store.revoke_api_key(found.id)
+    except ApiKeyNotFound:
+        _fail(f"no API key {key!r}; `tunehub keys list` shows them")
+    finally:
+        store.close()
+    click.echo(f"API key {revoked.id} ({revoked.label}) revoked")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import httpx
 
 FINISHED = ("succeeded", "failed", "cancelled")
+API_KEY_HEADER = "X-API-Key"
+API_KEY_ENV = "TUNEHUB_API_KEY"
 
 
 class TunehubError(RuntimeError):
@@ -22,15 +25,22 @@ class TunehubError(RuntimeError):
 class TunehubClient:
     """Talks to a tunehub service.
 
-    >>> client = TunehubClient("http://127.0.0.1:8000")  # doctest: +SKIP
+    ``api_key`` (default ``$TUNEHUB_API_KEY``) is sent as ``X-API-Key``: writes need one, and
+    reads too where the service closes them.
+
+    >>> client = TunehubClient("http://127.0.0.1:8000", api_key="th_…")  # doctest: +SKIP
     >>> job = client.submit_job({"m": 256, "n": 256, "k": 256}, max_trials=16)  # doctest: +SKIP
     >>> client.wait(job["id"])["state"]  # doctest: +SKIP
     'succeeded'
     """
 
-    def __init__(self, base_url: str, *, timeout_secs: float = 10.0) -> None:
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, timeout_secs: float = 10.0
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_secs)
+        key = api_key if api_key is not None else os.environ.get(API_KEY_ENV, "")
+        headers = {API_KEY_HEADER: key} if key else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_secs, headers=headers)
 
     def close(self) -> None:
         self._http.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tunehub.core.apikey import ApiKey, KeyLimits, Scope
 from tunehub.core.capabilities import Capabilities, Unsupported
 from tunehub.core.config import Config, KnobValue
 from tunehub.core.errors import InvalidSpec
@@ -27,6 +28,7 @@ __all__ = [
     "LOCAL_CPU",
     "RECORD_FORMAT",
     "VERDICTS",
+    "ApiKey",
     "Budget",
     "Capabilities",
     "Config",
@@ -35,12 +37,14 @@ __all__ = [
     "Job",
     "JobSpec",
     "JobState",
+    "KeyLimits",
     "KnobValue",
     "MeasureRecord",
     "MeasureRequest",
     "MeasureResult",
     "MeasureStatus",
     "Schedule",
+    "Scope",
     "Target",
     "Unsupported",
     "Worker",

@@ -89,6 +89,8 @@ class Job:
     # Wall time spent tuning (measuring candidates) over every run of the job; baselines and
     # the final confirmation are timed apart. ``budget.max_secs`` is checked against it.
     tuning_secs: float = 0.0
+    # The API key that submitted it (None: the CLI, or before keys existed).
+    api_key_id: int | None = None
 
     @property
     def best_gflops(self) -> float | None:

@@ -18,11 +18,13 @@ from tunehub.db.migrate import (
     upgrade,
 )
 from tunehub.db.sql_store import SqlScheduleStore
-from tunehub.db.store import JobNotFound, ScheduleStore
+from tunehub.db.store import ApiKeyNotFound, JobNotFound, QueueFull, ScheduleStore
 
 __all__ = [
+    "ApiKeyNotFound",
     "JobNotFound",
     "MemoryScheduleStore",
+    "QueueFull",
     "ScheduleStore",
     "SchemaOutOfDate",
     "SqlScheduleStore",

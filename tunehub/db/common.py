@@ -220,3 +220,32 @@ def replaces(version: int, median_secs: float, current: Schedule) -> bool:
     if version != current.template_version:
         return version > current.template_version
     return median_secs < current.median_secs
+
+
+ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING)
+
+
+def check_queue(
+    *,
+    for_key: int,
+    key_limit: int | None,
+    total: int,
+    total_limit: int | None,
+) -> None:
+    """Raise QueueFull when a new job would pass a limit on queued-or-running jobs."""
+    from tunehub.db.store import QueueFull
+
+    if key_limit is not None and for_key >= key_limit:
+        raise QueueFull(
+            f"this key has {for_key} jobs queued or running, its limit is {key_limit}: wait "
+            "for some to finish or cancel them",
+            limit=key_limit,
+            active=for_key,
+        )
+    if total_limit is not None and total >= total_limit:
+        raise QueueFull(
+            f"the service has {total} jobs queued or running, its limit is {total_limit}: "
+            "try again later",
+            limit=total_limit,
+            active=total,
+        )

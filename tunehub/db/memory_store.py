@@ -10,22 +10,28 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tunehub.core import (
+    ApiKey,
     Config,
     Confirmation,
     Job,
     JobSpec,
     JobState,
+    KeyLimits,
     MeasureRecord,
     MeasureStatus,
     Schedule,
+    Scope,
     Target,
     Worker,
     Workload,
     utc_now,
 )
+from tunehub.core.apikey import NO_LIMITS
 from tunehub.db.common import (
+    ACTIVE_STATES,
     check_baseline,
     check_page,
+    check_queue,
     check_records,
     check_spec,
     check_target,
@@ -40,7 +46,7 @@ from tunehub.db.common import (
     trials_of,
     unknown_target,
 )
-from tunehub.db.store import JobNotFound, ScheduleStore
+from tunehub.db.store import ApiKeyNotFound, JobNotFound, ScheduleStore
 
 
 class MemoryScheduleStore(ScheduleStore):
@@ -70,6 +76,10 @@ class MemoryScheduleStore(ScheduleStore):
         # (workload_key, target_key, template, config_key) -> uid of the latest ok record
         self._baselines: dict[tuple[str, str, str, str], str] = {}
         self._workers: dict[str, Worker] = {}
+        self._api_keys: dict[int, ApiKey] = {}
+        # job id -> its place in the queue (the order in which jobs last became QUEUED)
+        self._queued_at: dict[int, int] = {}
+        self._queue_ticks = 0
 
     # --- targets and workloads -------------------------------------------------------------
     def put_target(self, target: Target) -> None:
@@ -132,13 +142,32 @@ class MemoryScheduleStore(ScheduleStore):
         return sorted(found, key=lambda w: (w.started_at, w.worker_id))
 
     # --- jobs ------------------------------------------------------------------------------
-    def create_job(self, spec: JobSpec, *, claimed: bool = False, owner: str = "") -> Job:
+    def create_job(
+        self,
+        spec: JobSpec,
+        *,
+        claimed: bool = False,
+        owner: str = "",
+        api_key_id: int | None = None,
+        max_active_for_key: int | None = None,
+        max_active_total: int | None = None,
+    ) -> Job:
         """Store a QUEUED (or claimed: RUNNING) job; its target must be stored first."""
         check_spec(spec)
         now = utc_now()
         with self._lock:
             if spec.target_key not in self._targets:
                 raise unknown_target(spec.target_key)
+            if api_key_id is not None and api_key_id not in self._api_keys:
+                raise ApiKeyNotFound(api_key_id)
+            if max_active_for_key is not None or max_active_total is not None:
+                active = self._select_jobs(ACTIVE_STATES)
+                check_queue(
+                    for_key=sum(1 for j in active if j.api_key_id == api_key_id),
+                    key_limit=max_active_for_key if api_key_id is not None else None,
+                    total=len(active),
+                    total_limit=max_active_total,
+                )
             self._workloads.setdefault(spec.workload.key, spec.workload)
             job = Job(
                 id=self._next_job_id,
@@ -148,9 +177,11 @@ class MemoryScheduleStore(ScheduleStore):
                 created_at=now,
                 started_at=now if claimed else None,
                 owner=owner if claimed else "",
+                api_key_id=api_key_id,
             )
             self._next_job_id += 1
             self._jobs[job.id] = job
+            self._enqueue(job.id)
             return job
 
     def get_job(self, job_id: int) -> Job:
@@ -166,9 +197,20 @@ class MemoryScheduleStore(ScheduleStore):
         jobs.sort(key=lambda job: job.id, reverse=True)
         return jobs[offset : offset + limit]
 
-    def count_jobs(self, *, states: Sequence[JobState] = ()) -> int:
+    def count_jobs(
+        self,
+        *,
+        states: Sequence[JobState] = (),
+        target_keys: Collection[str] | None = None,
+        api_key_id: int | None = None,
+    ) -> int:
         with self._lock:
-            return len(self._select_jobs(states))
+            return sum(
+                1
+                for job in self._select_jobs(states)
+                if (target_keys is None or job.spec.target_key in target_keys)
+                and (api_key_id is None or job.api_key_id == api_key_id)
+            )
 
     def claim_job(
         self, *, owner: str = "", target_keys: Collection[str] | None = None
@@ -182,7 +224,7 @@ class MemoryScheduleStore(ScheduleStore):
             ]
             if not queued:
                 return None
-            oldest = min(queued, key=lambda job: job.id)
+            oldest = min(queued, key=lambda job: (self._queued_at[job.id], job.id))
             claimed = dataclasses.replace(
                 oldest, state=JobState.RUNNING, started_at=utc_now(), finished_at=None, owner=owner
             )
@@ -212,6 +254,8 @@ class MemoryScheduleStore(ScheduleStore):
                 owner=job.owner if state is JobState.RUNNING else "",
             )
             self._jobs[job_id] = moved
+            if state is JobState.QUEUED:
+                self._enqueue(job_id)
             return moved
 
     # --- records and schedules -------------------------------------------------------------
@@ -394,7 +438,61 @@ class MemoryScheduleStore(ScheduleStore):
         found.sort(key=lambda r: (r.request.template, r.seq or 0))
         return [_copy_record(r) for r in found]
 
+    # --- API keys ------------------------------------------------------------------------
+    def create_api_key(
+        self,
+        *,
+        prefix: str,
+        secret_hash: str,
+        name: str,
+        scope: Scope,
+        limits: KeyLimits = NO_LIMITS,
+    ) -> ApiKey:
+        with self._lock:
+            if any(k.prefix == prefix for k in self._api_keys.values()):
+                raise ValueError(f"prefix: an API key with prefix {prefix!r} exists")
+            key = ApiKey(
+                id=len(self._api_keys) + 1,
+                prefix=prefix,
+                name=name,
+                scope=Scope(scope),
+                created_at=utc_now(),
+                secret_hash=secret_hash,
+                limits=limits,
+            )
+            self._api_keys[key.id] = key
+            return key
+
+    def get_api_key(self, *, prefix: str | None = None, key_id: int | None = None) -> ApiKey | None:
+        if prefix is None and key_id is None:
+            raise ValueError("get_api_key: give a prefix or a key_id")
+        with self._lock:
+            for key in self._api_keys.values():
+                if (prefix is None or key.prefix == prefix) and (
+                    key_id is None or key.id == key_id
+                ):
+                    return key
+        return None
+
+    def list_api_keys(self) -> list[ApiKey]:
+        with self._lock:
+            return sorted(self._api_keys.values(), key=lambda k: k.id)
+
+    def revoke_api_key(self, key_id: int) -> ApiKey:
+        with self._lock:
+            key = self._api_keys.get(key_id)
+            if key is None:
+                raise ApiKeyNotFound(key_id)
+            if key.revoked_at is None:
+                key = dataclasses.replace(key, revoked_at=utc_now())
+                self._api_keys[key_id] = key
+            return key
+
     # --- helpers (called with the lock held) -----------------------------------------------
+    def _enqueue(self, job_id: int) -> None:
+        self._queue_ticks += 1
+        self._queued_at[job_id] = self._queue_ticks
+
     def _store_record(self, record: MeasureRecord) -> MeasureRecord:
         stored = dataclasses.replace(_copy_record(record), seq=len(self._records) + 1)
         self._put_target(stored.request.target)

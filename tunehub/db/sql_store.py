@@ -7,30 +7,37 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Select, func, select, update
+from sqlalchemy import Engine, Select, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tunehub.core import (
+    ApiKey,
     Budget,
     Config,
     Confirmation,
     Job,
     JobSpec,
     JobState,
+    KeyLimits,
     MeasureRecord,
     MeasureRequest,
     MeasureResult,
     MeasureStatus,
     Schedule,
+    Scope,
     Target,
     Worker,
     Workload,
     utc_now,
 )
+from tunehub.core.apikey import NO_LIMITS
 from tunehub.db.common import (
+    ACTIVE_STATES,
     check_baseline,
     check_page,
+    check_queue,
     check_records,
     check_spec,
     check_target,
@@ -45,8 +52,9 @@ from tunehub.db.common import (
     unknown_target,
 )
 from tunehub.db.engine import make_engine, safe_url, session_scope, write_engine
-from tunehub.db.store import JobNotFound, ScheduleStore
+from tunehub.db.store import ApiKeyNotFound, JobNotFound, ScheduleStore
 from tunehub.db.tables import (
+    ApiKeyRow,
     Base,
     BaselineRow,
     JobRow,
@@ -194,13 +202,26 @@ class SqlScheduleStore(ScheduleStore):
             return [_worker(row) for row in session.scalars(query)]
 
     # --- jobs ------------------------------------------------------------------------------
-    def create_job(self, spec: JobSpec, *, claimed: bool = False, owner: str = "") -> Job:
+    def create_job(
+        self,
+        spec: JobSpec,
+        *,
+        claimed: bool = False,
+        owner: str = "",
+        api_key_id: int | None = None,
+        max_active_for_key: int | None = None,
+        max_active_total: int | None = None,
+    ) -> Job:
         """Store a QUEUED (or claimed: RUNNING) job; its target must be stored first."""
         check_spec(spec)
         now = utc_now()
         with session_scope(self._write) as session:
             if session.get(TargetRow, spec.target_key) is None:
                 raise unknown_target(spec.target_key)
+            if api_key_id is not None and session.get(ApiKeyRow, api_key_id) is None:
+                raise ApiKeyNotFound(api_key_id)
+            if max_active_for_key is not None or max_active_total is not None:
+                self._check_queue(session, api_key_id, max_active_for_key, max_active_total)
             self._put_workloads(session, [spec.workload])
             row = JobRow(
                 workload_key=spec.workload.key,
@@ -218,6 +239,8 @@ class SqlScheduleStore(ScheduleStore):
                 started_at=now if claimed else None,
                 owner=owner if claimed else "",
                 finished_at=None,
+                api_key_id=api_key_id,
+                queued_at=now,
             )
             session.add(row)
             session.flush()
@@ -240,10 +263,14 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             return [_job(job, _workload(w)) for job, w in session.execute(query)]
 
-    def count_jobs(self, *, states: Sequence[JobState] = ()) -> int:
-        query = select(func.count()).select_from(JobRow)
-        if states:
-            query = query.where(JobRow.state.in_([JobState(s).value for s in states]))
+    def count_jobs(
+        self,
+        *,
+        states: Sequence[JobState] = (),
+        target_keys: Collection[str] | None = None,
+        api_key_id: int | None = None,
+    ) -> int:
+        query = _count_jobs_query(states, target_keys, api_key_id)
         with session_scope(self._read) as session:
             return int(session.scalar(query) or 0)
 
@@ -261,7 +288,9 @@ class SqlScheduleStore(ScheduleStore):
                 if target_keys is not None:
                     query = query.where(JobRow.target_key.in_(sorted(target_keys)))
                 job_id = session.scalar(
-                    query.order_by(JobRow.id).limit(1).with_for_update(skip_locked=True)
+                    query.order_by(JobRow.queued_at, JobRow.id)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
                 )
                 if job_id is None:
                     return None
@@ -302,6 +331,8 @@ class SqlScheduleStore(ScheduleStore):
                 row.error = error
                 if state is not JobState.RUNNING:
                     row.owner = ""
+                if state is JobState.QUEUED:
+                    row.queued_at = utc_now()
                 session.flush()
             workload = session.get_one(WorkloadRow, row.workload_key)
             return _job(row, _workload(workload))
@@ -522,7 +553,85 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             return _records(session, query)
 
+    # --- API keys ------------------------------------------------------------------------
+    def create_api_key(
+        self,
+        *,
+        prefix: str,
+        secret_hash: str,
+        name: str,
+        scope: Scope,
+        limits: KeyLimits = NO_LIMITS,
+    ) -> ApiKey:
+        row = ApiKeyRow(
+            prefix=prefix,
+            secret_hash=secret_hash,
+            name=name,
+            scope=Scope(scope).value,
+            created_at=utc_now(),
+            revoked_at=None,
+            max_trials=limits.max_trials,
+            max_secs=limits.max_secs,
+            max_queued_jobs=limits.max_queued_jobs,
+        )
+        try:
+            with session_scope(self._write) as session:
+                session.add(row)
+                session.flush()
+                return _api_key(row)
+        except IntegrityError:
+            raise ValueError(f"prefix: an API key with prefix {prefix!r} exists") from None
+
+    def get_api_key(self, *, prefix: str | None = None, key_id: int | None = None) -> ApiKey | None:
+        if prefix is None and key_id is None:
+            raise ValueError("get_api_key: give a prefix or a key_id")
+        query = select(ApiKeyRow)
+        if prefix is not None:
+            query = query.where(ApiKeyRow.prefix == prefix)
+        if key_id is not None:
+            query = query.where(ApiKeyRow.id == key_id)
+        with session_scope(self._read) as session:
+            row = session.scalars(query).first()
+            return None if row is None else _api_key(row)
+
+    def list_api_keys(self) -> list[ApiKey]:
+        with session_scope(self._read) as session:
+            return [_api_key(r) for r in session.scalars(select(ApiKeyRow).order_by(ApiKeyRow.id))]
+
+    def revoke_api_key(self, key_id: int) -> ApiKey:
+        with session_scope(self._write) as session:
+            row = session.get(ApiKeyRow, key_id, with_for_update=True)
+            if row is None:
+                raise ApiKeyNotFound(key_id)
+            if row.revoked_at is None:
+                row.revoked_at = utc_now()
+                session.flush()
+            return _api_key(row)
+
     # --- helpers ---------------------------------------------------------------------------
+    def _check_queue(
+        self,
+        session: Session,
+        api_key_id: int | None,
+        key_limit: int | None,
+        total_limit: int | None,
+    ) -> None:
+        """QueueFull if a new job would pass a limit. SQLite's write lock (taken at BEGIN)
+        already serialises submissions; on PostgreSQL a transaction-scoped advisory lock does,
+        so two submissions cannot both see room for one more."""
+        if self._engine.dialect.name == "postgresql":
+            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _QUEUE_LOCK})
+        total = int(session.scalar(_count_jobs_query(ACTIVE_STATES, None, None)) or 0)
+        for_key = 0
+        if api_key_id is not None and key_limit is not None:
+            for_key = int(session.scalar(_count_jobs_query(ACTIVE_STATES, None, api_key_id)) or 0)
+        check_queue(
+            for_key=for_key,
+            key_limit=key_limit if api_key_id is not None else None,
+            total=total,
+            total_limit=total_limit,
+        )
+
     def _insert(self, row: type[Base]) -> _Insert:
         if self._engine.dialect.name == "postgresql":
             return postgresql.insert(table(row))
@@ -620,6 +729,38 @@ class SqlScheduleStore(ScheduleStore):
             session.execute(stmt)
 
 
+# Any constant shared by every tunehub process: the advisory lock that serialises submissions.
+_QUEUE_LOCK = 0x7475_6E65_6875_62  # "tunehub"
+
+
+def _count_jobs_query(
+    states: Sequence[JobState], target_keys: Collection[str] | None, api_key_id: int | None
+) -> Select[int]:
+    query = select(func.count()).select_from(JobRow)
+    if states:
+        query = query.where(JobRow.state.in_([JobState(s).value for s in states]))
+    if target_keys is not None:
+        query = query.where(JobRow.target_key.in_(sorted(target_keys)))
+    if api_key_id is not None:
+        query = query.where(JobRow.api_key_id == api_key_id)
+    return query
+
+
+def _api_key(row: ApiKeyRow) -> ApiKey:
+    return ApiKey(
+        id=row.id,
+        prefix=row.prefix,
+        name=row.name,
+        scope=Scope(row.scope),
+        created_at=row.created_at,
+        secret_hash=row.secret_hash,
+        revoked_at=row.revoked_at,
+        limits=KeyLimits(
+            max_trials=row.max_trials, max_secs=row.max_secs, max_queued_jobs=row.max_queued_jobs
+        ),
+    )
+
+
 def _job_of(record: MeasureRecord) -> int | None:
     return record.job_id
 
@@ -694,6 +835,7 @@ def _job(row: JobRow, workload: Workload) -> Job:
         best_median_secs=row.best_median_secs,
         owner=row.owner,
         tuning_secs=row.tuning_secs,
+        api_key_id=row.api_key_id,
     )
 
 

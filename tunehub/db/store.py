@@ -1,5 +1,5 @@
 """ScheduleStore: the storage contract (targets, workers, workloads, jobs, records, schedules,
-baselines).
+baselines, API keys).
 
 Contract, for every implementation:
 - Thread-safe: one store object is shared by the API, the job runner and worker threads.
@@ -21,23 +21,42 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 from tunehub.core import (
+    ApiKey,
     Config,
     Confirmation,
     Job,
     JobSpec,
     JobState,
+    KeyLimits,
     MeasureRecord,
     Schedule,
+    Scope,
     Target,
     Worker,
     Workload,
 )
+from tunehub.core.apikey import NO_LIMITS
 
 
 class JobNotFound(LookupError):
     def __init__(self, job_id: int) -> None:
         super().__init__(f"no job with id {job_id}")
         self.job_id = job_id
+
+
+class QueueFull(RuntimeError):
+    """A job was refused: its key (or the whole service) has as many active jobs as allowed."""
+
+    def __init__(self, message: str, *, limit: int, active: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.active = active
+
+
+class ApiKeyNotFound(LookupError):
+    def __init__(self, key: int | str) -> None:
+        super().__init__(f"no API key {key}")
+        self.key = key
 
 
 class ScheduleStore(ABC):
@@ -82,12 +101,26 @@ class ScheduleStore(ABC):
 
     # --- jobs ------------------------------------------------------------------------------
     @abstractmethod
-    def create_job(self, spec: JobSpec, *, claimed: bool = False, owner: str = "") -> Job:
+    def create_job(
+        self,
+        spec: JobSpec,
+        *,
+        claimed: bool = False,
+        owner: str = "",
+        api_key_id: int | None = None,
+        max_active_for_key: int | None = None,
+        max_active_total: int | None = None,
+    ) -> Job:
         """Store a new QUEUED job (its workload too) and return it with its id.
 
         ``claimed=True`` stores it RUNNING (started now, owned by ``owner``) instead, for a
         caller that runs the job itself (``tunehub tune``), so no job runner can claim it.
         The job's target must be stored first (``put_target``), else ValueError.
+
+        ``api_key_id`` records the key that submitted it. With ``max_active_for_key`` (that
+        key's jobs) or ``max_active_total`` (every job), QueueFull is raised instead when that
+        many jobs are already queued or running; the count and the insert are one transaction,
+        so concurrent submissions cannot pass the limit together.
         """
 
     @abstractmethod
@@ -101,14 +134,23 @@ class ScheduleStore(ABC):
         """Jobs newest first (by id), optionally only those in ``states``."""
 
     @abstractmethod
-    def count_jobs(self, *, states: Sequence[JobState] = ()) -> int: ...
+    def count_jobs(
+        self,
+        *,
+        states: Sequence[JobState] = (),
+        target_keys: Collection[str] | None = None,
+        api_key_id: int | None = None,
+    ) -> int:
+        """Jobs in ``states`` (any), of ``target_keys`` and submitted by ``api_key_id`` (when
+        given)."""
 
     @abstractmethod
     def claim_job(
         self, *, owner: str = "", target_keys: Collection[str] | None = None
     ) -> Job | None:
-        """Atomically move the oldest QUEUED job (for one of ``target_keys``, if given) to
-        RUNNING (started now, owned by ``owner``)."""
+        """Atomically move the QUEUED job that has waited longest (for one of ``target_keys``,
+        if given) to RUNNING (started now, owned by ``owner``). A job joins the back of the
+        queue when it is created and each time it is moved back to QUEUED."""
 
     @abstractmethod
     def set_job_state(
@@ -233,6 +275,32 @@ class ScheduleStore(ABC):
     @abstractmethod
     def list_baselines(self, *, workload_key: str, target_key: str) -> list[MeasureRecord]:
         """Every Baseline of the workload on the target, by template then commit order."""
+
+    # --- API keys ------------------------------------------------------------------------
+    @abstractmethod
+    def create_api_key(
+        self,
+        *,
+        prefix: str,
+        secret_hash: str,
+        name: str,
+        scope: Scope,
+        limits: KeyLimits = NO_LIMITS,
+    ) -> ApiKey:
+        """Store a key by its public prefix and hash (ValueError if the prefix is taken)."""
+
+    @abstractmethod
+    def get_api_key(self, *, prefix: str | None = None, key_id: int | None = None) -> ApiKey | None:
+        """The key with this prefix or id, revoked or not; None if there is none."""
+
+    @abstractmethod
+    def list_api_keys(self) -> list[ApiKey]:
+        """Every key, revoked ones too, oldest first."""
+
+    @abstractmethod
+    def revoke_api_key(self, key_id: int) -> ApiKey:
+        """Revoke a key from now on (idempotent: an earlier revocation time stays); raises
+        ApiKeyNotFound."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Dispose of connections."""

@@ -1,5 +1,5 @@
 """SQLAlchemy 2.0 tables (``*Row``): targets, workloads, jobs, records, schedules, baselines,
-workers.
+workers, API keys.
 
 Rows stay inside ``tunehub.db``; stores turn them into core dataclasses before returning.
 Every change here needs an Alembic migration in ``tunehub/db/migrations/versions``.
@@ -108,6 +108,24 @@ class WorkloadRow(Base):
     created_at: Mapped[datetime]
 
 
+class ApiKeyRow(Base):
+    """An API key: its public prefix and the sha256 of the key, never the key itself."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    prefix: Mapped[str] = mapped_column(String(16), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    name: Mapped[str] = mapped_column(String(64))
+    scope: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+    # Per-key limits; NULL: the service's setting.
+    max_trials: Mapped[int | None] = mapped_column(Integer)
+    max_secs: Mapped[float | None] = mapped_column(Float)
+    max_queued_jobs: Mapped[int | None] = mapped_column(Integer)
+
+
 class JobRow(Base):
     """A tuning job; its target row must exist first (the service stores the target first)."""
 
@@ -135,6 +153,11 @@ class JobRow(Base):
     owner: Mapped[str] = mapped_column(String(OWNER_LENGTH), server_default="")
     # Seconds spent tuning over every run of the job (what budget.max_secs limits).
     tuning_secs: Mapped[float] = mapped_column(Float, server_default="0")
+    # The key that submitted it (NULL: the CLI, or a job from before keys).
+    api_key_id: Mapped[int | None] = mapped_column(Integer, ForeignKey("api_keys.id"), index=True)
+    # When it last joined the queue: runners take the longest-waiting job first, so a job
+    # handed back after its time slice goes behind the others.
+    queued_at: Mapped[datetime]
 
 
 class RecordRow(Base):

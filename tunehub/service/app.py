@@ -8,18 +8,23 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 
 import tunehub
 from tunehub.core import LOCAL_CPU, InvalidSpec, Target, local_cpu_target
-from tunehub.db import ScheduleStore, SqlScheduleStore, check_at_head
+from tunehub.db import QueueFull, ScheduleStore, SqlScheduleStore, check_at_head
 from tunehub.kernels.base import TimingPolicy
 from tunehub.service import dashboard
+from tunehub.service.auth import API_KEY_HEADER
+from tunehub.service.redact import printable
 from tunehub.service.routes_jobs import router as jobs_router
 from tunehub.service.routes_schedules import router as schedules_router
 from tunehub.service.routes_targets import router as targets_router
 from tunehub.service.runner import JobRunner
 from tunehub.service.schemas import HealthOut
+from tunehub.service.security import BodyLimit, CrossSiteCheck, HostCheck, SecurityHeaders
 from tunehub.service.settings import Settings
 from tunehub.workers.base import Measurer
 from tunehub.workers.local import LocalMeasurer
@@ -41,6 +46,7 @@ def local_measurer_factory(settings: Settings, device: str = "cpu") -> Callable[
             max_candidate_secs=settings.max_candidate_secs,
             build_timeout_secs=settings.build_timeout_secs,
             builders=settings.builders,
+            build_cache_max_bytes=settings.build_cache_max_bytes,
         )
 
     return make
@@ -89,7 +95,13 @@ def create_app(
         app.state.local_targets = {LOCAL_CPU: local_cpu_target()}
         runner: JobRunner | None = None
         if settings.run_jobs:
-            runner = JobRunner(app.state.store)
+            runner = JobRunner(
+                app.state.store,
+                slice_secs=settings.job_slice_secs,
+                build_dir=settings.build_dir,
+                min_free_bytes=settings.min_free_bytes,
+                health_secs=settings.health_check_secs,
+            )
             app.state.local_targets = start_workers(
                 runner, settings, measurer_factory or local_measurer_factory(settings)
             )
@@ -115,8 +127,14 @@ def create_app(
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         # FastAPI echoes the rejected input; a NaN or 1e400 there cannot be written as JSON,
         # so each error keeps its location, message and type only.
+        # A location may hold a key the client sent: made printable, so a NUL or a lone
+        # surrogate cannot break the answer.
         errors = [
-            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type", "")}
+            {
+                "loc": [printable(p) if isinstance(p, str) else p for p in e.get("loc", ())],
+                "msg": printable(str(e.get("msg", ""))),
+                "type": e.get("type", ""),
+            }
             for e in exc.errors()
         ]
         return JSONResponse(
@@ -139,11 +157,32 @@ def create_app(
             },
         )
 
+    @app.exception_handler(QueueFull)
+    async def queue_full(request: Request, exc: QueueFull) -> JSONResponse:
+        return JSONResponse(
+            status_code=status.HTTP_429_TOO_MANY_REQUESTS,
+            content={"detail": str(exc)},
+            headers={"Retry-After": "60"},
+        )
+
+    @app.exception_handler(DBAPIError)
+    async def database_error(request: Request, exc: DBAPIError) -> JSONResponse:
+        # The database is down, read-only or full: the service's trouble, said plainly; the
+        # statement and its traceback go to the log only.
+        log.error("database error on %s %s: %s", request.method, request.url.path, exc)
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        return JSONResponse(
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            content={"detail": f"the database cannot answer now: {printable(reason)[:200]}"},
+        )
+
     @app.get("/healthz", response_model=HealthOut, operation_id="health", tags=["health"])
     def health(request: Request) -> HealthOut:
         runner: JobRunner | None = request.app.state.runner
+        problems = runner.problems if runner is not None else []
         return HealthOut(
-            status="ok",
+            status="degraded" if problems else "ok",
+            problems=problems,
             version=tunehub.__version__,
             database=type(request.app.state.store).__name__,
             runner=runner is not None and runner.alive,
@@ -155,4 +194,17 @@ def create_app(
     app.include_router(targets_router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)
+    # Outermost last: headers on every answer, then hosts, cross-site writes, CORS, bodies.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
+                       timeout_secs=settings.body_timeout_secs)  # fmt: skip
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=[API_KEY_HEADER, "Authorization", "Content-Type"],
+        )
+    app.add_middleware(CrossSiteCheck, cors_origins=settings.cors_origins)
+    app.add_middleware(HostCheck, allowed=settings.allowed_hosts)
+    app.add_middleware(SecurityHeaders)
     return app

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 
-from tunehub.core import Budget, InvalidSpec, Job, JobSpec, JobState, utc_now
+from tunehub.core import ApiKey, Budget, InvalidSpec, Job, JobSpec, JobState, Scope, Target, utc_now
 from tunehub.core.registry import UnknownName
 from tunehub.core.worker import LIVE_SECS
 from tunehub.db.store import JobNotFound, ScheduleStore
 from tunehub.kernels.registry import get_template
-from tunehub.service.deps import LocalTargetsDep, StoreDep, resolve_target
+from tunehub.service.auth import KeyedRoute, ReadAccess, needs_key
+from tunehub.service.deps import LocalTargetsDep, SettingsDep, StoreDep, resolve_target
 from tunehub.service.schemas import (
     BaselineListOut,
     JobListOut,
@@ -21,9 +22,18 @@ from tunehub.service.schemas import (
     RecordListOut,
     RecordOut,
 )
+from tunehub.service.settings import Settings
 from tunehub.tuner import baseline_dict, strategy_names
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+router = APIRouter(
+    prefix="/api/v1/jobs", tags=["jobs"], route_class=KeyedRoute, dependencies=[ReadAccess]
+)
+SubmitKey = Annotated[ApiKey, needs_key(Scope.WRITE, "submitting a job")]
+CancelKey = Annotated[ApiKey, needs_key(Scope.WRITE, "cancelling a job")]
+KEY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No API key, or one that is malformed, unknown or revoked."},
+    403: {"description": "The key's scope does not allow this."},
+}
 
 JobId = Annotated[int, Path(ge=1, le=2**31 - 1, description="Job id.")]
 MAX_PAGE = 1000
@@ -35,15 +45,46 @@ def live_target_keys(store: ScheduleStore) -> set[str]:
     return {w.target_key for w in store.list_workers(live_since=since)}
 
 
-def job_out(store: ScheduleStore, job: Job, live: set[str] | None = None) -> JobOut:
-    target = store.get_target(job.spec.target_key)
+class Lookups:
+    """Targets and key names looked up once per request, however many jobs name them."""
+
+    def __init__(self, store: ScheduleStore) -> None:
+        self.store = store
+        self.targets: dict[str, Target | None] = {}
+        self.keys: dict[int, str | None] = {}
+
+    def target(self, target_key: str) -> Target | None:
+        if target_key not in self.targets:
+            self.targets[target_key] = self.store.get_target(target_key)
+        return self.targets[target_key]
+
+    def key_name(self, key_id: int | None) -> str | None:
+        if key_id is None:
+            return None
+        if key_id not in self.keys:
+            key = self.store.get_api_key(key_id=key_id)
+            self.keys[key_id] = key.name if key else None
+        return self.keys[key_id]
+
+
+def job_out(
+    store: ScheduleStore,
+    job: Job,
+    live: set[str] | None = None,
+    lookups: Lookups | None = None,
+) -> JobOut:
+    """The job as the API shows it (``lookups`` shares lookups over a page of jobs)."""
+    lookups = lookups or Lookups(store)
+    target = lookups.target(job.spec.target_key)
     waiting = None
     if job.state is JobState.QUEUED:
         live = live_target_keys(store) if live is None else live
         if job.spec.target_key not in live:
             label = target.short_label if target else job.spec.target_key[:12]
             waiting = f"waiting for a worker of target {label}"
-    return JobOut.from_core(job, target, waiting_for=waiting)
+    return JobOut.from_core(
+        job, target, waiting_for=waiting, submitted_by=lookups.key_name(job.api_key_id)
+    )
 
 
 def _get_job(store: ScheduleStore, job_id: int) -> Job:
@@ -59,10 +100,25 @@ def _get_job(store: ScheduleStore, job_id: int) -> Job:
     response_model=JobOut,
     operation_id="submit_job",
     summary="Queue a tuning job",
+    responses={
+        **KEY_RESPONSES,
+        429: {"description": "The key (or the service) has as many jobs queued as allowed."},
+    },
 )
-def submit_job(body: JobRequest, store: StoreDep, local: LocalTargetsDep) -> JobOut:
+def submit_job(
+    body: JobRequest,
+    store: StoreDep,
+    local: LocalTargetsDep,
+    settings: SettingsDep,
+    key: SubmitKey,
+) -> JobOut:
     """Validate the request, store a QUEUED job and return it; a worker of its target runs it
-    (it waits in the queue, saying so, while no worker of the target is live)."""
+    (it waits in the queue, saying so, while no worker of the target is live).
+
+    Needs a key of scope `write`. The budget must fit the key's limits (else the service's:
+    `TUNEHUB_MAX_JOB_TRIALS`, `TUNEHUB_MAX_JOB_SECS`), and the key may have only so many jobs
+    queued or running (`TUNEHUB_MAX_QUEUED_JOBS_PER_KEY`: a 429 beyond)."""
+    check_budget(body.budget.max_trials, body.budget.max_secs, key, settings)
     try:
         workload = body.workload.to_core()
     except InvalidSpec as exc:  # rules that span fields, e.g. the m*n*k limit
@@ -84,7 +140,29 @@ def submit_job(body: JobRequest, store: StoreDep, local: LocalTargetsDep) -> Job
         budget=Budget(max_trials=body.budget.max_trials, max_secs=body.budget.max_secs),
         seed=body.seed,
     )
-    return job_out(store, store.create_job(spec))
+    job = store.create_job(
+        spec,
+        api_key_id=key.id,
+        max_active_for_key=key.limits.max_queued_jobs or settings.max_queued_jobs_per_key,
+        max_active_total=settings.max_queued_jobs,
+    )
+    return job_out(store, job)
+
+
+def check_budget(max_trials: int, max_secs: float, key: ApiKey, settings: Settings) -> None:
+    """A 422 naming the field and the limit when a budget asks for more than it may."""
+    own = key.limits
+    limit_trials = own.max_trials or settings.max_job_trials
+    if max_trials > limit_trials:
+        whose = f"the limit of key {key.label}" if own.max_trials else "TUNEHUB_MAX_JOB_TRIALS"
+        raise InvalidSpec("budget.max_trials", f"at most {limit_trials} trials per job ({whose})")
+    limit_secs = own.max_secs or settings.max_job_secs
+    if max_secs > limit_secs:
+        whose = f"the limit of key {key.label}" if own.max_secs else "TUNEHUB_MAX_JOB_SECS"
+        raise InvalidSpec(
+            "budget.max_secs",
+            f"at most {limit_secs:g} s ({limit_secs / 3600:.3g} h) of tuning per job ({whose})",
+        )
 
 
 @router.get("", response_model=JobListOut, operation_id="list_jobs", summary="List jobs")
@@ -98,8 +176,9 @@ def list_jobs(
     states = (state,) if state else ()
     jobs = store.list_jobs(limit=limit, offset=offset, states=states)
     live = live_target_keys(store)
+    lookups = Lookups(store)  # each target and key looked up once per page
     return JobListOut(
-        items=[job_out(store, j, live) for j in jobs],
+        items=[job_out(store, j, live, lookups) for j in jobs],
         total=store.count_jobs(states=states),
         limit=limit,
         offset=offset,
@@ -158,15 +237,26 @@ def list_job_baselines(job_id: JobId, store: StoreDep) -> BaselineListOut:
 
 
 @router.post(
-    "/{job_id}/cancel", response_model=JobOut, operation_id="cancel_job", summary="Cancel a job"
+    "/{job_id}/cancel",
+    response_model=JobOut,
+    operation_id="cancel_job",
+    summary="Cancel a job",
+    responses=KEY_RESPONSES,
 )
-def cancel_job(job_id: JobId, store: StoreDep) -> JobOut:
+def cancel_job(job_id: JobId, store: StoreDep, key: CancelKey) -> JobOut:
     """Cancel a queued or running job; a running one stops within a second or two (the
     candidates in flight are killed and recorded as `cancelled`).
 
+    Needs the key that submitted the job (scope `write`), or a key of scope `admin`.
     Cancelling a finished job changes nothing and returns it as it is.
     """
-    _get_job(store, job_id)
+    job = _get_job(store, job_id)
+    if job.api_key_id != key.id and not key.scope.allows(Scope.ADMIN):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail=f"job {job_id} was not submitted by key {key.label}; cancelling it needs "
+            "the key that submitted it or a key of scope admin",
+        )
     job = store.set_job_state(
         job_id,
         JobState.CANCELLED,

@@ -8,11 +8,17 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from tunehub.core import LOCAL_CPU, InvalidSpec, Workload
 from tunehub.core.workload import MAX_DIM
+from tunehub.service.auth import KeyedRoute, ReadAccess
 from tunehub.service.deps import LocalTargetsDep, StoreDep, resolve_target
-from tunehub.service.schemas import Dtype, Epilogue, Layout, Op, ScheduleOut
+from tunehub.service.schemas import NAME_PATTERN, Dtype, Epilogue, Layout, Op, ScheduleOut
 from tunehub.tuner.lookup import find_schedule
 
-router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"])
+router = APIRouter(
+    prefix="/api/v1/schedules",
+    tags=["schedules"],
+    route_class=KeyedRoute,
+    dependencies=[ReadAccess],
+)
 
 QueryDim = Annotated[int, Query(ge=1, le=MAX_DIM)]
 
@@ -41,10 +47,19 @@ def best_schedule(
         Query(
             min_length=1,
             max_length=64,
+            pattern=NAME_PATTERN,
             description="`local-cpu`, `local-cuda:N` or a target key.",
         ),
     ] = LOCAL_CPU,
-    template: Annotated[str | None, Query(max_length=64)] = None,
+    template: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=64,
+            pattern=NAME_PATTERN,
+            description="Only schedules of this template (default: any).",
+        ),
+    ] = None,
 ) -> ScheduleOut:
     """Answers from stored schedules in tiers: `exact` target, then same target `family`.
 

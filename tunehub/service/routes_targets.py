@@ -9,12 +9,18 @@ from fastapi import APIRouter, HTTPException, Path, status
 
 from tunehub.core import utc_now
 from tunehub.core.worker import LIVE_SECS
+from tunehub.service.auth import KeyedRoute, ReadAccess
 from tunehub.service.deps import LocalTargetsDep, StoreDep
-from tunehub.service.schemas import TargetListOut, TargetOut
+from tunehub.service.schemas import NAME_PATTERN, TargetListOut, TargetOut
 
-router = APIRouter(prefix="/api/v1/targets", tags=["targets"])
+router = APIRouter(
+    prefix="/api/v1/targets", tags=["targets"], route_class=KeyedRoute, dependencies=[ReadAccess]
+)
 
-TargetKey = Annotated[str, Path(min_length=1, max_length=64, description="Target key.")]
+TargetKey = Annotated[
+    str,
+    Path(min_length=1, max_length=64, pattern=NAME_PATTERN, description="Target key or alias."),
+]
 
 
 @router.get("", response_model=TargetListOut, operation_id="list_targets", summary="List targets")

@@ -3,6 +3,11 @@
 Each worker measures on one device of this host (the CPU, a GPU) and is registered in the store
 with its target and a heartbeat, so ``GET /api/v1/targets`` shows it live and jobs for its
 target are claimed by it. A job for a target with no live worker stays queued.
+
+Jobs share a device fairly: after its time slice a job whose target has other jobs waiting is
+handed back to the queue (behind them) and resumes later from its stored records. The runner
+also watches its environment (the build dir can take files, the database takes writes); while
+either fails it is degraded, says why, and claims no new job.
 """
 
 from __future__ import annotations
@@ -15,16 +20,19 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tunehub.core import Job, JobState, Target, Worker, utc_now
 from tunehub.core.owner import owner_alive, process_owner
 from tunehub.db.store import JobNotFound, ScheduleStore
+from tunehub.kernels.build import dir_problem
 from tunehub.tuner import Progress, session_for_job
 from tunehub.workers.base import Measurer
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECS = 5.0
+SLICE_CHECK_SECS = 1.0
 
 
 @dataclass(eq=False)
@@ -72,10 +80,19 @@ class JobRunner:
         *,
         poll_secs: float = 0.5,
         heartbeat_secs: float = HEARTBEAT_SECS,
+        slice_secs: float | None = None,
+        build_dir: Path | None = None,
+        min_free_bytes: int = 0,
+        health_secs: float | None = None,
     ) -> None:
         self.store = store
         self.poll_secs = poll_secs
         self.heartbeat_secs = heartbeat_secs
+        self.slice_secs = slice_secs
+        self.build_dir = build_dir
+        self.min_free_bytes = min_free_bytes
+        self.health_secs = health_secs if health_secs is not None else heartbeat_secs
+        self._problems: dict[str, str] = {}  # "build_dir" / "database" -> why
         self.owner = process_owner()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -134,11 +151,39 @@ class JobRunner:
         return requeued
 
     @property
+    def problems(self) -> list[str]:
+        """Why the runner is degraded (and claims no new job); empty while all is well."""
+        with self._lock:
+            return [f"{what}: {why}" for what, why in sorted(self._problems.items())]
+
+    def _set_problem(self, what: str, why: str | None) -> None:
+        with self._lock:
+            before = self._problems.get(what)
+            if why is None:
+                self._problems.pop(what, None)
+            else:
+                self._problems[what] = why
+        if why != before:
+            if why is None:
+                log.warning("%s is fine again; the runner takes jobs again", what)
+            else:
+                log.error("the runner is degraded and takes no new job: %s: %s", what, why)
+
+    def check_health(self) -> list[str]:
+        """Check the build dir now (the database is checked by every heartbeat)."""
+        if self.build_dir is not None:
+            self._set_problem(
+                "build dir", dir_problem(self.build_dir, min_free_bytes=self.min_free_bytes)
+            )
+        return self.problems
+
+    @property
     def alive(self) -> bool:
         with self._lock:
             return any(w.thread is not None and w.thread.is_alive() for w in self._workers)
 
     def start(self) -> None:
+        self.check_health()
         self.requeue_orphans()
         self._stop.clear()
         with self._lock:
@@ -171,18 +216,31 @@ class JobRunner:
                 log.exception("could not unregister worker %s", worker.worker_id)
 
     def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self.heartbeat_secs):
+        last_check = time.monotonic()
+        while not self._stop.wait(min(self.heartbeat_secs, self.health_secs)):
+            failure = None
             for worker in self.workers:
                 try:
                     if not self.store.heartbeat_worker(worker.worker_id):
                         self.store.register_worker(worker.record())
-                except Exception:
+                except Exception as exc:
                     log.exception("heartbeat of worker %s failed", worker.worker_id[:8])
+                    failure = " ".join(str(exc).split())[:300]
+            self._set_problem("database", f"cannot write: {failure}" if failure else None)
+            if time.monotonic() - last_check >= self.health_secs:
+                last_check = time.monotonic()
+                try:
+                    self.check_health()
+                except Exception:
+                    log.exception("the health check failed")
 
     def _loop(self, worker: DeviceWorker) -> None:
         keys = {worker.target.target_key}
         while not self._stop.is_set():
             try:
+                if self.problems:  # degraded: a job claimed now would only fail
+                    self._stop.wait(self.poll_secs * 4)
+                    continue
                 job = self.store.claim_job(owner=self.owner, target_keys=keys)
                 if job is None:
                     self._stop.wait(self.poll_secs)
@@ -214,10 +272,20 @@ class JobRunner:
             worker = found[0]
         log.info("job %d: tuning %s on %s", job.id, job.spec.workload.label, worker.device)
         poll = _Throttle(lambda: self._cancelled(job.id), every_secs=0.25)
+        pause = self._slice_over(job, worker)
         try:
 
             def report(p: Progress) -> None:
                 log.info("job %d: %d/%d trials", job.id, p.trials_done, p.max_trials)
+                for record in p.last:
+                    if record.result.error:  # the whole text, paths and all, for the operator
+                        log.info(
+                            "job %d: %s %s: %s",
+                            job.id,
+                            record.status.value,
+                            record.config,
+                            record.result.error,
+                        )
 
             result = session_for_job(
                 job.spec,
@@ -227,6 +295,7 @@ class JobRunner:
                 job_id=job.id,
                 on_progress=report,
                 should_stop=poll,
+                should_pause=pause,
                 tuning_secs_before=job.tuning_secs,
             ).run()
         except Exception as exc:
@@ -237,6 +306,13 @@ class JobRunner:
             if self._stop.is_set():  # shutdown: back to the queue, to resume from its records
                 self.store.set_job_state(job.id, JobState.QUEUED, only_from=(JobState.RUNNING,))
             return  # or cancelled by request, and the cancel already set the state
+        if result.stopped_by == "paused":
+            # Its slice is over and others wait: behind them in the queue (a cancel that got
+            # in first stands), to resume from its records.
+            self.store.set_job_state(job.id, JobState.QUEUED, only_from=(JobState.RUNNING,))
+            log.info("job %d: time slice over after %d trials; back in the queue", job.id,
+                     result.trials_done)  # fmt: skip
+            return
         if result.stopped_by == "worker_error":
             self._finish(job.id, JobState.FAILED, result.error)
         elif result.best is not None or (
@@ -249,6 +325,27 @@ class JobRunner:
         else:
             self._finish(job.id, JobState.FAILED, f"no trial ran ({result.stopped_by})")
         log.info("job %d: %s after %d trials", job.id, result.stopped_by, result.trials_done)
+
+    def _slice_over(self, job: Job, worker: DeviceWorker) -> Callable[[], bool]:
+        """Whether ``job`` has had its time slice and another job of its target waits."""
+        started = time.monotonic()
+        keys = {worker.target.target_key}
+        asked = [float("-inf")]  # when the queue was last looked at (once a second at most)
+
+        def check() -> bool:
+            now = time.monotonic()
+            if self.slice_secs is None or now - started < self.slice_secs:
+                return False
+            if now - asked[0] < SLICE_CHECK_SECS:
+                return False
+            asked[0] = now
+            try:
+                return self.store.count_jobs(states=(JobState.QUEUED,), target_keys=keys) > 0
+            except Exception:
+                log.exception("job %d: could not look at the queue", job.id)
+                return False
+
+        return check
 
     def _finish(self, job_id: int, state: JobState, error: str) -> None:
         """End a RUNNING job; a cancel that got in first stands."""

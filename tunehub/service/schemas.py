@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tunehub.core import LOCAL_CPU, Job, MeasureRecord, MeasureStatus, Target, Worker, Workload
 from tunehub.core.job import MAX_SECS, MAX_TRIALS, NAME_LENGTHS
 from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, MAX_DIM, OPS
+from tunehub.service.redact import public_error
 
 Dim = Annotated[int, Field(ge=1, le=MAX_DIM, strict=True)]
 Op = Literal[OPS]  # type: ignore[valid-type]
@@ -17,6 +18,11 @@ Dtype = Literal[DTYPES]  # type: ignore[valid-type]
 Layout = Literal[LAYOUTS]  # type: ignore[valid-type]
 Epilogue = Literal[EPILOGUES]  # type: ignore[valid-type]
 Status = Literal[tuple(s.value for s in MeasureStatus)]  # type: ignore[valid-type]
+
+
+# Names the API takes (targets, templates, strategies) are plain printable ASCII: a NUL byte or a
+# character some database cannot store is a 422 here, never an error in the store.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$"
 
 
 class _Strict(BaseModel):
@@ -79,6 +85,7 @@ class JobRequest(_Strict):
         default=LOCAL_CPU,
         min_length=1,
         max_length=64,
+        pattern=NAME_PATTERN,
         description="`local-cpu` (the service's own CPU), `local-cuda:N` (its GPU N), or any "
         "stored target key (`GET /api/v1/targets`); a job for a target with no live worker "
         "waits in the queue.",
@@ -87,12 +94,14 @@ class JobRequest(_Strict):
         default="blis.gemm",
         min_length=1,
         max_length=NAME_LENGTHS["template"],
+        pattern=NAME_PATTERN,
         description="Kernel template to tune (`blis.gemm` on CPUs, `triton.gemm` on GPUs).",
     )
     strategy: str = Field(
         default="random",
         min_length=1,
         max_length=NAME_LENGTHS["strategy"],
+        pattern=NAME_PATTERN,
         description="Search strategy, by registered name (`random`, `exhaustive`, …).",
     )
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="When to stop.")
@@ -148,10 +157,19 @@ class JobOut(BaseModel):
     started_at: datetime | None = Field(description="When a runner started it (UTC).")
     finished_at: datetime | None = Field(description="When it ended (UTC).")
     error: str = Field(description="Why it failed or was cancelled; empty otherwise.")
+    submitted_by: str | None = Field(
+        default=None,
+        description="Name of the API key that submitted it; null for jobs of `tunehub tune`.",
+    )
 
     @classmethod
     def from_core(
-        cls, job: Job, target: Target | None, *, waiting_for: str | None = None
+        cls,
+        job: Job,
+        target: Target | None,
+        *,
+        waiting_for: str | None = None,
+        submitted_by: str | None = None,
     ) -> JobOut:
         w = job.spec.workload
         return cls(
@@ -175,7 +193,8 @@ class JobOut(BaseModel):
             created_at=job.created_at,
             started_at=job.started_at,
             finished_at=job.finished_at,
-            error=job.error,
+            error=public_error(job.error),
+            submitted_by=submitted_by,
         )
 
 
@@ -204,7 +223,10 @@ class RecordOut(BaseModel):
     median_secs: float | None = Field(description="Median of `repeat_secs`; null unless ok.")
     gflops: float | None = Field(description="2·m·n·k / median_secs / 1e9; null unless ok.")
     repeat_secs: list[float] = Field(description="Every timed repeat, in seconds.")
-    error: str = Field(description="Compiler output, signal, mismatch or traceback; or empty.")
+    error: str = Field(
+        description="Why it failed: compiler output, signal, mismatch or exception (server "
+        "paths and tracebacks are left out; the service's log has them); or empty."
+    )
     compile_secs: float = Field(description="Time spent generating and compiling.")
     verify_secs: float = Field(description="Time spent checking against the reference.")
     run_secs: float = Field(description="Time spent in the timed repeats.")
@@ -222,7 +244,7 @@ class RecordOut(BaseModel):
             median_secs=res.median_secs,
             gflops=record.gflops,
             repeat_secs=list(res.repeat_secs),
-            error=res.error,
+            error=public_error(res.error),
             compile_secs=res.compile_secs,
             verify_secs=res.verify_secs,
             run_secs=res.run_secs,
@@ -377,9 +399,14 @@ class TargetListOut(BaseModel):
 
 
 class HealthOut(BaseModel):
-    """Liveness."""
+    """Liveness, and whether this process's job runner can work."""
 
-    status: Literal["ok"] = Field(description="Always `ok` when the service answers.")
+    status: Literal["ok", "degraded"] = Field(
+        description="`ok`; `degraded` while the job runner cannot work (its build dir cannot "
+        "take files, or the database takes no writes): it then claims no new job, and lookups "
+        "are still answered."
+    )
+    problems: list[str] = Field(description="Why it is degraded; empty when `ok`.")
     version: str = Field(description="tunehub version.")
     database: str = Field(description="Kind of store behind the service.")
     runner: bool = Field(description="Whether this process's job runner is alive.")

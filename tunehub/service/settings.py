@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from tunehub.core.job import MAX_SECS, MAX_TRIALS
 from tunehub.db import database_url
 
 
@@ -53,6 +55,74 @@ class Settings(BaseSettings):
         default=0.2, gt=0, description="Time each candidate for at least this long."
     )
     max_repeats: int = Field(default=50, ge=3)
+
+    # --- exposure: keys, limits, headers (see README "Keys, limits and headers") ------------
+    read_requires_key: bool = Field(
+        default=False,
+        description="Close the API's reads too: GET routes then need a key of any scope.",
+    )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1", "localhost", "::1"],
+        description="Host header values served (port ignored); `*` serves any. Others get a "
+        "400, which stops DNS rebinding.",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Origins allowed to call the API from a browser (CORS); none by default.",
+    )
+    max_job_trials: int = Field(
+        default=5000, ge=1, le=MAX_TRIALS, description="Most trials one job may ask for."
+    )
+    max_job_secs: float = Field(
+        default=6 * 3600.0,
+        gt=0,
+        le=MAX_SECS,
+        description="Most tuning seconds one job may ask for.",
+    )
+    max_queued_jobs_per_key: int = Field(
+        default=20, ge=1, description="Jobs one key may have queued or running at once."
+    )
+    max_queued_jobs: int = Field(
+        default=500, ge=1, description="Jobs the whole service may have queued or running."
+    )
+    max_body_bytes: int = Field(
+        default=1 << 20, ge=1024, description="Largest request body accepted (413 above)."
+    )
+    body_timeout_secs: float = Field(
+        default=10.0, gt=0, description="Time allowed to send a request body (408 after)."
+    )
+    max_connections: int | None = Field(
+        default=1000,
+        ge=1,
+        description="Connections `tunehub serve` keeps at once; beyond, it answers 503.",
+    )
+    job_slice_secs: float = Field(
+        default=300.0,
+        gt=0,
+        description="A running job is handed back to the queue after this long when another "
+        "job of its target waits, so jobs share a device fairly.",
+    )
+    health_check_secs: float = Field(
+        default=10.0, gt=0, description="How often the runner checks the build dir and database."
+    )
+    min_free_bytes: int = Field(
+        default=256 << 20,
+        ge=0,
+        description="Free space the build dir needs; below it the service is degraded.",
+    )
+    build_cache_max_bytes: int = Field(
+        default=4 << 30,
+        ge=0,
+        description="Size of the kernel build cache; least recently used entries are evicted "
+        "above it (0: no limit).",
+    )
+
+    @field_validator("allowed_hosts", "cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @property
     def build_dir(self) -> Path:

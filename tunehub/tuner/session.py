@@ -4,9 +4,10 @@ The loop keeps the measurer full (``measurer.capacity`` requests in flight, so t
 times one candidate while the next ones build), stores each result the moment it arrives
 (with the tuning time spent since the last store), and tells the strategy. It stops on the
 budget (trials, or tuning seconds over every run of the job), an exhausted space, a cancel or
-shutdown (in-flight candidates are killed and recorded as ``cancelled``), or repeated machine
-failures. Then it re-times the fastest configs, interleaved, and the Schedule keeps the
-confirmed winner.
+shutdown (in-flight candidates are killed and recorded as ``cancelled``), repeated machine
+failures, or a pause (its time slice is over: what is in flight finishes and is stored, then
+the job goes back to the queue and a later run resumes it). When the budget ends it, it
+re-times the fastest configs, interleaved, and the Schedule keeps the confirmed winner.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class Progress:
 class SessionResult:
     trials_done: int
     best: MeasureRecord | None
-    # "max_trials" | "max_secs" | "exhausted" | "cancelled" | "worker_error"
+    # "max_trials" | "max_secs" | "exhausted" | "cancelled" | "worker_error" | "paused"
     stopped_by: str
     elapsed_secs: float  # tuning seconds of this run
     confirmation: Confirmation | None = None
@@ -106,6 +107,7 @@ class Session:
         history: HistoryView | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        should_pause: Callable[[], bool] | None = None,
         baseline: Template | None = None,
         tuning_secs_before: float = 0.0,
         confirm_top: int = CONFIRM_TOP,
@@ -123,6 +125,8 @@ class Session:
         self.history = history or strategy.context.history
         self.on_progress = on_progress
         self.should_stop = should_stop or (lambda: False)
+        # An orderly hand-back, not a cancel: nothing new is asked, what is in flight finishes.
+        self.should_pause = should_pause or (lambda: False)
         self.baseline = baseline
         self.tuning_secs_before = tuning_secs_before
         self.confirm_top = max(0, confirm_top)
@@ -233,9 +237,14 @@ class Session:
                     stopped_by = "max_trials"
                 elif spent() >= self.budget.max_secs:
                     stopped_by = "max_secs"
-                if stopped_by and in_flight:
+                elif self.should_pause():
+                    stopped_by = "paused"
+                if stopped_by and stopped_by != "paused" and in_flight:
                     # The budget or a stop ends the job now: what is in flight is cut short.
                     self.measurer.cancel(list(in_flight))
+            elif stopped_by == "paused" and in_flight and self.should_stop():
+                stopped_by = "cancelled"  # a cancel or shutdown while the pause drains
+                self.measurer.cancel(list(in_flight))
             if not stopped_by and not exhausted:
                 free = max(1, self.measurer.capacity) - len(in_flight)
                 room = self.budget.max_trials - trials - len(in_flight)
@@ -405,6 +414,7 @@ def session_for_job(
     job_id: int | None,
     on_progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    should_pause: Callable[[], bool] | None = None,
     tuning_secs_before: float = 0.0,
     confirm_top: int = CONFIRM_TOP,
 ) -> Session:
@@ -437,6 +447,7 @@ def session_for_job(
         history=history,
         on_progress=on_progress,
         should_stop=should_stop,
+        should_pause=should_pause,
         baseline=baseline,
         tuning_secs_before=tuning_secs_before,
         confirm_top=confirm_top,

@@ -27,13 +27,14 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tunehub.core import MeasureRequest, MeasureResult, MeasureStatus, Target, local_cpu_target
 from tunehub.kernels.base import Artifact, Template, TimingPolicy
+from tunehub.kernels.build import evict_build_cache, remove_temp_files
 from tunehub.kernels.registry import UnknownTemplate, get_template
 from tunehub.workers.base import Measurer, cancelled_result, resolve
 from tunehub.workers.locks import Cancelled, CoreLocks, usable_cores
@@ -56,6 +57,7 @@ DEFAULT_RETRIES = 2
 MAX_BUILDERS = 16
 FINGERPRINT_TIMEOUT_SECS = 120.0
 RESTART_BACKOFF_SECS = 0.5
+EVICT_EVERY_SECS = 30.0
 
 
 def _child_env(build_dir: Path, device: str, extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -118,8 +120,10 @@ class LocalMeasurer(Measurer):
     The run limit is ``timeout_secs`` if given, else the template's run allowance (which
     grows with the workload's FLOPs); either is capped at ``max_candidate_secs``. Builds have
     ``build_timeout_secs`` (also capped). Compiled kernels are cached in ``build_dir``
-    (default ``<workdir>/build``); without ``workdir`` a temporary one is made and removed by
-    ``close``.
+    (default ``<workdir>/build``), at most ``build_cache_max_bytes`` of them (least recently
+    used ones are evicted; 0: no limit); without ``workdir`` a temporary one is made and
+    removed by ``close``. A build the machine cannot do (a full or read-only build dir) is a
+    ``worker_error``; what a killed build leaves half-written is removed.
 
     >>> with LocalMeasurer() as measurer:  # doctest: +SKIP
     ...     future = measurer.submit(request)
@@ -141,6 +145,7 @@ class LocalMeasurer(Measurer):
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
         cores: tuple[int, ...] | None = None,
+        build_cache_max_bytes: int = 0,
     ) -> None:
         if device != "cpu" and not device.startswith("cuda:"):
             raise ValueError(f"device must be 'cpu' or 'cuda:N', got {device!r}")
@@ -165,12 +170,20 @@ class LocalMeasurer(Measurer):
         self.cores = CoreLocks(cores if cores is not None else usable_cores())
         n_builders = builders or max(1, min(MAX_BUILDERS, len(self.cores.cores) - 1))
         child_env = _child_env(self.build_dir, device, env)
+        self.build_cache_max_bytes = build_cache_max_bytes
+        self._evicted_at = 0.0
         self._run_sandbox = SandboxProcess(
-            log_path=self.workdir / "run-sandbox.log", env=child_env, python=python
+            log_path=self.workdir / "run-sandbox.log",
+            env=child_env,
+            python=python,
+            tmp_dir=self.workdir / "tmp-run",
         )
         self._build_sandboxes = [
             SandboxProcess(
-                log_path=self.workdir / f"build-sandbox-{i}.log", env=child_env, python=python
+                log_path=self.workdir / f"build-sandbox-{i}.log",
+                env=child_env,
+                python=python,
+                tmp_dir=self.workdir / f"tmp-build-{i}",
             )
             for i in range(n_builders)
         ]
@@ -368,10 +381,7 @@ class LocalMeasurer(Measurer):
         try:
             self._ensure_started(sandbox, stop)
             item.build_started = time.monotonic()
-            with self.cores.building(cancelled=stop) as core:
-                built = sandbox.call(
-                    BuildJob(request, str(self.build_dir), core), self.build_timeout_secs, Built
-                )
+            built = self._call_build(sandbox, request, stop)
         except WorkerError as exc:
             self._finish(item, self._worker_error(str(exc)))
             return
@@ -420,6 +430,36 @@ class LocalMeasurer(Measurer):
             item.sandbox = None
             self._run_queue.append(item)
             self._wake.notify_all()
+
+    def _call_build(
+        self, sandbox: SandboxProcess, request: MeasureRequest, stop: Callable[[], bool]
+    ) -> Built:
+        pid = sandbox.pid
+        try:
+            with self.cores.building(cancelled=stop) as core:
+                built = sandbox.call(
+                    BuildJob(request, str(self.build_dir), core), self.build_timeout_secs, Built
+                )
+        except (SandboxTimeout, SandboxDied):
+            if pid is not None:  # killed mid-build: what it half-wrote goes too
+                remove_temp_files(self.build_dir, pid)
+            raise
+        self._evict()
+        return built
+
+    def _evict(self) -> None:
+        """Keep the build cache within its size, now and then (a scan costs a little)."""
+        if not self.build_cache_max_bytes:
+            return
+        with self._lock:
+            if time.monotonic() - self._evicted_at < EVICT_EVERY_SECS:
+                return
+            self._evicted_at = time.monotonic()
+        freed = evict_build_cache(
+            self.build_dir, self.build_cache_max_bytes, keep_secs=2 * self.max_candidate_secs
+        )
+        if freed:
+            log.info("build cache: evicted %d MiB least recently used", freed >> 20)
 
     def _run_loop(self) -> None:
         sandbox = self._run_sandbox

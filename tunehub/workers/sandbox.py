@@ -22,6 +22,7 @@ import logging
 import os
 import pickle
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -159,29 +160,60 @@ def _pin(cores: tuple[int, ...] | list[int]) -> None:
         os.sched_setaffinity(0, set(cores))
 
 
+def _machine_failure(reason: str, compile_secs: float = 0.0) -> Built:
+    """A build the machine could not do (a full or read-only disk): ``worker_error``, not a
+    verdict on the config, which stays unmeasured."""
+    return Built(
+        failure=MeasureResult(
+            MeasureStatus.WORKER_ERROR,
+            error=f"the machine cannot build: {reason}",
+            compile_secs=compile_secs,
+            environment={"sandbox_pid": os.getpid()},
+        )
+    )
+
+
 def build_job(job: BuildJob) -> Built:
-    """Build one job in this process; exceptions become ``build_error`` failures."""
+    """Build one job in this process; exceptions become ``build_error`` failures, except the
+    machine's own (the build dir cannot take files, a full disk, no permission), which become
+    ``worker_error``."""
+    from tunehub.kernels.build import dir_problem, environment_error, mentions_environment
+
     template = _template(job.request)
     if isinstance(template, MeasureResult):
         return Built(failure=template)
+    build_dir = Path(job.build_dir)
+    problem = dir_problem(build_dir)
+    if problem is not None:
+        return _machine_failure(problem)
     start = time.perf_counter()
     try:
         _pin([job.core] if job.core is not None else [])
-        build_dir = Path(job.build_dir)
-        build_dir.mkdir(parents=True, exist_ok=True)
         artifact = template.build(job.request, build_dir=build_dir)
         if not isinstance(artifact, Artifact):
             raise TypeError(f"{template.name}.build returned {type(artifact).__name__}")
         return Built(artifact=artifact)
     except BuildFailed as exc:
-        return Built(failure=exc.result())
+        failure = exc.result()
+        trouble = mentions_environment(failure.error)
+        if trouble is not None:  # e.g. the compiler could not write: the disk, not the code
+            return _machine_failure(
+                f"{trouble} ({dir_problem(build_dir) or 'while compiling'})\n{failure.error}",
+                failure.compile_secs,
+            )
+        return Built(failure=failure)
     except Exception as exc:
+        spent = time.perf_counter() - start
+        machine = environment_error(exc)
+        if machine is not None:
+            log.error("building %s: the machine failed: %s", job.request.template, machine)
+            return _machine_failure(f"{machine.strerror or machine}: {machine}", spent)
         log.exception("building %s failed", job.request.template)
         return Built(
             failure=MeasureResult(
                 MeasureStatus.BUILD_ERROR,
                 error=_describe(exc),
-                compile_secs=time.perf_counter() - start,
+                compile_secs=spent,
                 environment={"sandbox_pid": os.getpid()},
             )
         )
@@ -309,7 +341,9 @@ class SandboxProcess:
     """One sandbox child: start, send a job, wait for the answer within a deadline, kill.
 
     The child runs in its own process group, so killing it also kills what it started (a
-    compiler, OpenMP helpers). Its stderr goes to ``log_path`` (truncated at each start).
+    compiler, OpenMP helpers). Its stderr goes to ``log_path`` (truncated at each start). With
+    ``tmp_dir`` it gets that as its TMPDIR, emptied whenever a child is killed or replaced, so
+    what a killed compiler left half-written does not pile up.
     """
 
     def __init__(
@@ -319,9 +353,13 @@ class SandboxProcess:
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
         cwd: Path | None = None,
+        tmp_dir: Path | None = None,
     ) -> None:
         self.log_path = log_path
         self.env = dict(env) if env is not None else dict(os.environ)
+        self.tmp_dir = tmp_dir
+        if tmp_dir is not None:
+            self.env["TMPDIR"] = str(tmp_dir)
         self.python = python
         self.cwd = cwd
         self._proc: subprocess.Popen[bytes] | None = None
@@ -343,6 +381,8 @@ class SandboxProcess:
         if self._log is not None:
             self._log.close()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.tmp_dir is not None:
+            self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the child
         self._log_mark = 0
         self._proc = subprocess.Popen(
@@ -430,6 +470,7 @@ class SandboxProcess:
             self.kill()
             code = proc.returncode
         self._close_pipes()
+        self.clear_tmp()
         return f"sandbox process {proc.pid} {describe_exit(code)}"
 
     def _log_size(self) -> int:
@@ -457,7 +498,7 @@ class SandboxProcess:
                 os.killpg(proc.pid, signal.SIGKILL)
 
     def kill(self) -> None:
-        """Kill the child's process group (if running) and reap it."""
+        """Kill the child's process group (if running), reap it, and empty its temp dir."""
         proc = self._proc
         if proc is not None:
             if proc.poll() is None:
@@ -466,6 +507,17 @@ class SandboxProcess:
                 proc.wait()
             self._close_pipes()
         self._proc = None
+        self.clear_tmp()
+
+    def clear_tmp(self) -> None:
+        """Empty the child's temp dir (what a killed compiler left there)."""
+        if self.tmp_dir is not None and self.tmp_dir.is_dir():
+            for path in self.tmp_dir.iterdir():
+                with contextlib.suppress(OSError):
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        path.unlink()
 
     def stop(self) -> None:
         """Ask the child to exit; kill it if it does not within a few seconds."""

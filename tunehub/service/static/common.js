@@ -13,6 +13,9 @@ export function el(tag, attrs = {}, ...children) {
     if (value === null || value === undefined || value === false) continue;
     if (name.startsWith("on") && typeof value === "function") {
       node.addEventListener(name.slice(2), value);
+    } else if (name === "style") {
+      // Through the CSSOM: the content-security policy refuses style attributes.
+      node.style.cssText = String(value);
     } else {
       node.setAttribute(name, value === true ? "" : String(value));
     }
@@ -43,11 +46,94 @@ async function detailOf(response) {
   return `${response.status} ${response.statusText}`.trim();
 }
 
+// --- the API key -----------------------------------------------------------------------------
+// Kept in this tab's session storage only and sent as a header, never as a cookie: a page on
+// another site cannot make the browser send it.
+const KEY_STORAGE = "tunehub.apiKey";
+export const KEY_HEADER = "X-API-Key";
+const KEY_FORM = /^th_[0-9a-f]{8}_[A-Za-z0-9_-]{43}$/;
+
+export function apiKey() {
+  try {
+    return sessionStorage.getItem(KEY_STORAGE) || null;
+  } catch {
+    return null; // storage disabled
+  }
+}
+
+const keyListeners = new Set();
+
+/** Call `listener(key)` now and whenever the key is set or forgotten. */
+export function onKeyChange(listener) {
+  keyListeners.add(listener);
+  listener(apiKey());
+}
+
+function storeKey(key) {
+  try {
+    if (key) sessionStorage.setItem(KEY_STORAGE, key);
+    else sessionStorage.removeItem(KEY_STORAGE);
+  } catch {
+    // storage disabled: the key lasts until the page is left
+  }
+  for (const listener of keyListeners) listener(key);
+}
+
+/** "th_1a2b3c4d" of a key: what the page shows of it. */
+export function keyLabel(key) {
+  return key ? key.split("_").slice(0, 2).join("_") : "";
+}
+
+/**
+ * Wire the header's key box: shows whether a key is set, asks for one (with `reason`, e.g.
+ * after a 401), forgets it. Returns `ask(reason)`, which opens the form.
+ */
+export function mountKeyBox() {
+  const state = document.getElementById("key-state");
+  const setButton = document.getElementById("key-set");
+  const forget = document.getElementById("key-forget");
+  const form = document.getElementById("key-form");
+  const input = document.getElementById("key-input");
+  const message = document.getElementById("key-message");
+  const close = () => {
+    form.hidden = true;
+    input.value = "";
+  };
+  const ask = (reason = "") => {
+    message.textContent = reason || "Writes (cancelling, submitting) need an API key of scope write; an operator makes one with `tunehub keys create`.";
+    form.hidden = false;
+    input.focus();
+  };
+  onKeyChange((key) => {
+    state.textContent = key ? `API key ${keyLabel(key)}` : "No API key";
+    state.dataset.key = key ? "set" : "none";
+    forget.hidden = !key;
+    setButton.textContent = key ? "Change key" : "Set API key";
+  });
+  setButton.addEventListener("click", () => ask());
+  forget.addEventListener("click", () => storeKey(null));
+  document.getElementById("key-cancel").addEventListener("click", close);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = input.value.trim();
+    if (!KEY_FORM.test(key)) {
+      message.textContent = "That is not a tunehub API key (th_ followed by 8 hex digits, _ and 43 characters).";
+      return;
+    }
+    close();
+    storeKey(key);
+  });
+  return ask;
+}
+
 export async function fetchJson(path, options = {}) {
+  const key = apiKey();
+  const headers = { Accept: "application/json", ...(options.headers ?? {}) };
+  if (key) headers[KEY_HEADER] = key;
   const response = await fetch(API + path, {
-    headers: { Accept: "application/json" },
     cache: "no-store",
     ...options,
+    headers,
   });
   if (!response.ok) throw new ApiError(response.status, await detailOf(response));
   return response.json();

@@ -4,6 +4,7 @@ import { drawBestChart } from "./chart.js";
 import {
   ACTIVE_STATES,
   ApiError,
+  apiKey,
   el,
   fetchJson,
   fill,
@@ -14,6 +15,8 @@ import {
   fmtSecs,
   fmtSpan,
   isNum,
+  mountKeyBox,
+  onKeyChange,
   orDash,
   parseTime,
   poll,
@@ -40,6 +43,8 @@ const ERROR_CHARS = 90;
 const rawId = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop() ?? "");
 const jobId = /^[0-9]+$/.test(rawId) ? Number.parseInt(rawId, 10) : null;
 let lastRecordsKey = null;
+let lastJob = null;
+let lastBaselines = [];
 // Records arrive incrementally: the page keeps what it has and asks only for what is newer.
 const seen = { records: [], after: null };
 
@@ -124,8 +129,17 @@ function renderSummary(job, baselines) {
   summary.dataset.state = job.state;
   fill(summary, items);
 
+  lastJob = job;
+  lastBaselines = baselines;
+  renderCancel(job);
+}
+
+/** Cancel is offered for an active job once a key is set; before, the page asks for one. */
+function renderCancel(job) {
+  const active = ACTIVE_STATES.has(job.state);
   const cancel = document.getElementById("cancel-button");
-  cancel.hidden = !ACTIVE_STATES.has(job.state);
+  cancel.hidden = !active || !apiKey();
+  document.getElementById("cancel-needs-key").hidden = !active || Boolean(apiKey());
   if (cancel.hidden) {
     cancel.disabled = false;
     cancel.textContent = "Cancel job";
@@ -139,9 +153,10 @@ async function cancelJob() {
   try {
     const job = await fetchJson(`/jobs/${jobId}/cancel`, { method: "POST" });
     showError(document.getElementById("job-error"), "");
-    renderSummary(job);
+    renderSummary(job, lastBaselines);
   } catch (err) {
     showError(document.getElementById("job-error"), `Could not cancel job ${jobId}: ${err.message}`);
+    if (err instanceof ApiError && err.status === 401) askKey(`The service refused the key: ${err.message}`);
     button.disabled = false;
     button.textContent = "Cancel job";
   }
@@ -244,6 +259,7 @@ async function load() {
       return 0;
     }
     showError(document.getElementById("job-error"), `Could not load job ${jobId}: ${err.message}`);
+    if (err instanceof ApiError && err.status === 401) askKey(`Reading needs a key here: ${err.message}`);
     return REFRESH_MS * 2.5;
   }
   showError(document.getElementById("job-error"), "");
@@ -264,5 +280,10 @@ async function fetchNewRecords() {
   }
 }
 
+const askKey = mountKeyBox();
 document.getElementById("cancel-button").addEventListener("click", cancelJob);
+document.getElementById("cancel-needs-key").addEventListener("click", () => askKey());
 const reload = poll(load);
+onKeyChange(() => {
+  if (lastJob) renderCancel(lastJob);
+});

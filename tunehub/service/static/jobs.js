@@ -2,12 +2,16 @@
 
 import {
   ACTIVE_STATES,
+  ApiError,
+  apiKey,
   el,
   fetchJson,
   fill,
   fmtGflops,
   IDLE_REFRESH_MS,
   isNum,
+  mountKeyBox,
+  onKeyChange,
   orDash,
   poll,
   progressCell,
@@ -94,6 +98,7 @@ async function load() {
     page = await fetchJson(`/jobs?limit=${limit}&offset=${offset}`);
   } catch (err) {
     showError(document.getElementById("jobs-error"), `Could not load jobs: ${err.message}`);
+    if (err instanceof ApiError && err.status === 401) askKey(`Reading needs a key here: ${err.message}`);
     return REFRESH_MS * 2.5; // the service may be restarting: keep trying
   }
   showError(document.getElementById("jobs-error"), "");
@@ -112,5 +117,54 @@ async function load() {
   return offset === 0 ? IDLE_REFRESH_MS : 0;
 }
 
+/** The 422's `detail` as lines naming each field, or the message as it is. */
+function describeError(err) {
+  try {
+    const detail = JSON.parse(err.message);
+    if (Array.isArray(detail)) {
+      return detail.map((e) => `${(e.loc ?? []).filter((p) => p !== "body").join(".")}: ${e.msg}`).join("; ");
+    }
+  } catch {
+    // a plain message
+  }
+  return err.message;
+}
+
+async function submitJob(event) {
+  event.preventDefault();
+  const form = event.target;
+  const data = new FormData(form);
+  const number = (name) => Number(data.get(name));
+  const body = {
+    workload: { op: "matmul", m: number("m"), n: number("n"), k: number("k"), dtype: data.get("dtype") },
+    target: data.get("target"),
+    template: data.get("template"),
+    budget: { max_trials: number("max_trials"), max_secs: number("max_secs") },
+  };
+  const button = document.getElementById("submit-button");
+  button.disabled = true;
+  try {
+    const job = await fetchJson("/jobs", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    showError(document.getElementById("submit-error"), "");
+    location.assign(`/jobs/${encodeURIComponent(job.id)}`);
+  } catch (err) {
+    showError(document.getElementById("submit-error"), `Not submitted: ${describeError(err)}`);
+    if (err instanceof ApiError && err.status === 401) askKey(`The service refused the key: ${err.message}`);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+const askKey = mountKeyBox();
+document.getElementById("submit-form").addEventListener("submit", submitJob);
+document.getElementById("submit-needs-key").addEventListener("click", () => askKey());
+onKeyChange((key) => {
+  document.getElementById("submit-form").hidden = !key;
+  document.getElementById("submit-needs-key").hidden = Boolean(key);
+});
 const reload = poll(load);
 window.addEventListener("popstate", () => reload());
