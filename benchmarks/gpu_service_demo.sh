@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 home=$(mktemp -d /tmp/tunehub-serve-XXXX)
 port=8123
 url="http://127.0.0.1:$port"
+key=$(TUNEHUB_HOME="$home" python3 -m tunehub.cli keys create --scope write --name gpu-demo)
 TUNEHUB_HOME="$home" TUNEHUB_GPUS=auto python3 -m tunehub.cli serve --port "$port" \
   > "$home/serve.log" 2>&1 &
 server=$!
@@ -22,7 +23,7 @@ echo "== GET /api/v1/targets"; curl -fsS "$url/api/v1/targets" | show
 body='{"workload": {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16", "b_layout": "col_major"},
        "target": "local-cuda:0", "template": "triton.gemm", "budget": {"max_trials": 12, "max_secs": 300}}'
 echo "== POST /api/v1/jobs $body"
-job=$(curl -fsS -X POST "$url/api/v1/jobs" -H 'content-type: application/json' -d "$body")
+job=$(curl -fsS -X POST "$url/api/v1/jobs" -H "X-API-Key: $key" -H 'content-type: application/json' -d "$body")
 echo "$job" | show
 id=$(echo "$job" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 for _ in $(seq 1 300); do
