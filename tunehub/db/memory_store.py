@@ -17,6 +17,7 @@ from tunehub.core import (
     JobState,
     MeasureRecord,
     MeasureStatus,
+    ModelInfo,
     Schedule,
     Target,
     Worker,
@@ -25,6 +26,7 @@ from tunehub.core import (
 )
 from tunehub.db.common import (
     check_baseline,
+    check_model,
     check_page,
     check_records,
     check_spec,
@@ -70,6 +72,7 @@ class MemoryScheduleStore(ScheduleStore):
         # (workload_key, target_key, template, config_key) -> uid of the latest ok record
         self._baselines: dict[tuple[str, str, str, str], str] = {}
         self._workers: dict[str, Worker] = {}
+        self._models: dict[int, tuple[ModelInfo, bytes]] = {}
 
     # --- targets and workloads -------------------------------------------------------------
     def put_target(self, target: Target) -> None:
@@ -393,6 +396,74 @@ class MemoryScheduleStore(ScheduleStore):
             ]
         found.sort(key=lambda r: (r.request.template, r.seq or 0))
         return [_copy_record(r) for r in found]
+
+    # --- cost models -------------------------------------------------------------------------
+    def count_family_records(
+        self,
+        *,
+        family_key: str,
+        template: str,
+        template_version: int | None = None,
+        after: int | None = None,
+    ) -> int:
+        with self._lock:
+            return sum(
+                1
+                for r in self._records.values()
+                if r.request.target.family_key == family_key
+                and r.request.template == template
+                and template_version in (None, r.request.template_version)
+                and (after is None or (r.seq or 0) > after)
+            )
+
+    def register_model(self, info: ModelInfo, artifact: bytes) -> ModelInfo:
+        check_model(info)
+        with self._lock:
+            version = 1 + max(
+                (
+                    m.version
+                    for m, _ in self._models.values()
+                    if (m.family_key, m.template, m.template_version)
+                    == (info.family_key, info.template, info.template_version)
+                ),
+                default=0,
+            )
+            stored = dataclasses.replace(
+                info,
+                id=len(self._models) + 1,
+                version=version,
+                metrics=_json_copy(info.metrics),
+                created_at=info.created_at.astimezone(UTC),
+            )
+            self._models[stored.id] = (stored, bytes(artifact))
+            return stored
+
+    def list_models(
+        self, *, family_key: str | None = None, template: str | None = None, limit: int = 100
+    ) -> list[ModelInfo]:
+        check_page(limit, 0)
+        with self._lock:
+            found = [
+                m
+                for m, _ in self._models.values()
+                if family_key in (None, m.family_key) and template in (None, m.template)
+            ]
+        return sorted(found, key=lambda m: -m.id)[:limit]
+
+    def latest_model(
+        self, *, family_key: str, template: str, template_version: int
+    ) -> ModelInfo | None:
+        found = [
+            m
+            for m in self.list_models(family_key=family_key, template=template, limit=1 << 30)
+            if m.template_version == template_version
+        ]
+        return found[0] if found else None
+
+    def model_artifact(self, model_id: int) -> bytes | None:
+        with self._lock:
+            found = self._models.get(model_id)
+        return None if found is None else found[1]
 
     # --- helpers (called with the lock held) -----------------------------------------------
     def _store_record(self, record: MeasureRecord) -> MeasureRecord:
