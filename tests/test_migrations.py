@@ -31,7 +31,7 @@ from tunehub.db import (
 from tunehub.db.migrate import MIGRATIONS_DIR, alembic_config
 from tunehub.db.tables import Base, TargetRow
 
-TABLES = {"targets", "workloads", "jobs", "records", "schedules", "baselines", "workers"}
+TABLES = {"targets", "workloads", "jobs", "records", "schedules", "baselines", "workers", "models"}
 
 
 def _differences(url: str, metadata: MetaData) -> list[object]:
@@ -49,7 +49,7 @@ def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'new.db'}"
     assert current_revision(url) is None
     upgrade(url)
-    assert current_revision(url) == head_revision() == "0004"
+    assert current_revision(url) == head_revision() == "0005"
     check_at_head(url)
     upgrade(url)  # at head already: nothing to do
     engine = make_engine(url)

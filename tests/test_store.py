@@ -893,5 +893,5 @@ def test_count_family_records_counts_what_arrived_after_a_seq(store: ScheduleSto
 
 
 def test_models_that_do_not_fit_the_columns_are_refused(store: ScheduleStore) -> None:
-    with pytest.raises(ValueError, match="model.kind"):
+    with pytest.raises(ValueError, match=r"model\.kind"):
         store.register_model(dataclasses.replace(_model(CPU.family_key), kind="k" * 40), b"")
