@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from tunehub.core import LOCAL_CPU, InvalidSpec, Target, local_cpu_target
+from tunehub.cost_model.registry import ModelCache
 from tunehub.db.store import ScheduleStore
 from tunehub.service.settings import Settings
 
@@ -27,7 +28,13 @@ def get_local_targets(request: Request) -> dict[str, Target]:
     return targets
 
 
+def get_models(request: Request) -> ModelCache:
+    models: ModelCache = request.app.state.models
+    return models
+
+
 StoreDep = Annotated[ScheduleStore, Depends(get_store)]
+ModelsDep = Annotated[ModelCache, Depends(get_models)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 LocalTargetsDep = Annotated[dict[str, Target], Depends(get_local_targets)]
 
