@@ -106,7 +106,7 @@ def test_targets_are_normalised_within_each_workload(datasets: list[ReplayDatase
 def test_the_model_ranks_a_held_out_half_of_a_workload(datasets: list[ReplayDataset]) -> None:
     dataset = next(d for d in datasets if d.name == "skinny_m")
     train, test = dataset.records[::2], dataset.records[1::2]
-    model = XGBCostModel("blis.gemm")
+    model = XGBCostModel("blis.gemm", objective="regression")
     assert not model.trained
     model.fit(train)
     assert model.trained and model.records_used == len(train) and model.workloads_used == 1
@@ -117,7 +117,7 @@ def test_the_model_ranks_a_held_out_half_of_a_workload(datasets: list[ReplayData
 
 
 def test_artifacts_round_trip_and_refuse_other_features(datasets: list[ReplayDataset]) -> None:
-    model = XGBCostModel("blis.gemm", learn_secs=True, rounds=20)
+    model = XGBCostModel("blis.gemm", learn_secs=True, rounds=20, ensemble=2)
     model.fit([r for d in datasets for r in d.records])
     blob = model.to_bytes()
     loaded = XGBCostModel.from_bytes(blob, version="7")

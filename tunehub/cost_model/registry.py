@@ -32,6 +32,8 @@ TRAIN_LIMIT = 100_000
 # Workloads held out, one at a time, to measure a model before it is registered.
 HOLDOUT_WORKLOADS = 5
 MIN_NEW_RECORDS = 200
+# Boosters (seeds) averaged in a global model.
+GLOBAL_ENSEMBLE = 3
 
 
 def held_out_metrics(
@@ -67,7 +69,7 @@ def held_out_metrics(
             if (r.request.workload.key, r.request.target.target_key) != key
             and r.request.workload.key != group.workload.key
         ]
-        model = XGBCostModel(template, learn_secs=True)
+        model = XGBCostModel(template, learn_secs=True, ensemble=GLOBAL_ENSEMBLE)
         model.fit(train)
         if not model.trained:
             continue
@@ -115,7 +117,7 @@ def train_global_model(
         return None
     start = time.perf_counter()
     metrics = held_out_metrics(template, verdicts)
-    model = XGBCostModel(template, knob_names=knob_names, learn_secs=True)
+    model = XGBCostModel(template, knob_names=knob_names, learn_secs=True, ensemble=GLOBAL_ENSEMBLE)
     model.fit(verdicts)
     if not model.trained:
         return None

@@ -87,13 +87,14 @@ class XGBCostModel(CostModel):
         template: str,
         *,
         knob_names: Sequence[str] = (),
-        objective: str = "regression",
+        objective: str = "rank",
         rounds: int = 150,
         max_depth: int = 5,
         learning_rate: float = 0.1,
         threads: int = 1,
         seed: int = 0,
         learn_secs: bool = False,
+        ensemble: int = 1,
         base: CostModel | None = None,
         version: str = "untrained",
     ) -> None:
@@ -115,9 +116,10 @@ class XGBCostModel(CostModel):
             "verbosity": 0,
         }
         self.learn_secs = learn_secs
+        self.ensemble = max(1, ensemble)
         self.base = base
         self.version = version
-        self._score: Any = None  # xgboost.Booster
+        self._score: list[Any] = []  # xgboost.Boosters, one per seed; scores are averaged
         self._speed: Any = None
         self.records_used = 0
         self.workloads_used = 0
@@ -125,7 +127,7 @@ class XGBCostModel(CostModel):
 
     @property
     def trained(self) -> bool:
-        return self._score is not None
+        return bool(self._score)
 
     # --- training ----------------------------------------------------------------------------
     def fit(self, records: Sequence[MeasureRecord]) -> None:
@@ -170,7 +172,12 @@ class XGBCostModel(CostModel):
             dtrain = xgb.DMatrix(x_all, label=y_all, weight=np.concatenate(weights))
         if self.base is not None and self.base.trained:
             dtrain.set_base_margin(np.concatenate(margins))
-        self._score = xgb.train(params, dtrain, num_boost_round=self.rounds)
+        # An ensemble of seeds (row and column subsampling differ) steadies the top of the
+        # ranking, which one booster's sampling noise reorders.
+        self._score = [
+            xgb.train({**params, "seed": params["seed"] + i}, dtrain, num_boost_round=self.rounds)
+            for i in range(self.ensemble)
+        ]
         if self.learn_secs and speed_x:
             dspeed = xgb.DMatrix(np.vstack(speed_x), label=np.concatenate(speed_y))
             speed_params = {**self.params, "objective": "reg:squarederror"}
@@ -192,12 +199,14 @@ class XGBCostModel(CostModel):
         """Scores for a feature matrix already computed (search loops reuse theirs)."""
         import xgboost as xgb
 
-        if self._score is None:
+        if not self._score:
             raise RuntimeError("the model is not trained")
         data = xgb.DMatrix(x)
         if margin is not None:
             data.set_base_margin(margin)
-        return np.asarray(self._score.predict(data), dtype=np.float64)
+        scores = [np.asarray(b.predict(data), dtype=np.float64) for b in self._score]
+        out: np.ndarray[Any, np.dtype[np.float64]] = np.mean(scores, axis=0)
+        return out
 
     def predict(self, workload: Workload, target: Target, configs: Sequence[Config]) -> list[float]:
         if not configs:
@@ -225,7 +234,7 @@ class XGBCostModel(CostModel):
     def to_bytes(self) -> bytes:
         """The trained model as one self-describing artifact (JSON with the boosters in
         xgboost's binary JSON, base64)."""
-        if self._score is None:
+        if not self._score:
             raise RuntimeError("the model is not trained")
         data = {
             "format": ARTIFACT_FORMAT,
@@ -237,7 +246,7 @@ class XGBCostModel(CostModel):
             "params": self.params,
             "records_used": self.records_used,
             "workloads_used": self.workloads_used,
-            "score": base64.b64encode(bytes(self._score.save_raw("ubj"))).decode(),
+            "score": [base64.b64encode(bytes(b.save_raw("ubj"))).decode() for b in self._score],
             "speed": (
                 base64.b64encode(bytes(self._speed.save_raw("ubj"))).decode()
                 if self._speed is not None
@@ -272,8 +281,13 @@ class XGBCostModel(CostModel):
                 f"columns); this code computes {model.features.key} "
                 f"({len(model.features.names)} columns)"
             )
-        model._score = xgb.Booster()
-        model._score.load_model(bytearray(base64.b64decode(data["score"])))
+        scores = data["score"] if isinstance(data["score"], list) else [data["score"]]
+        model._score = []
+        for blob_b64 in scores:
+            booster = xgb.Booster()
+            booster.load_model(bytearray(base64.b64decode(blob_b64)))
+            model._score.append(booster)
+        model.ensemble = len(model._score)
         if data.get("speed"):
             model._speed = xgb.Booster()
             model._speed.load_model(bytearray(base64.b64decode(data["speed"])))

@@ -2,8 +2,9 @@
 and ``transfer`` (seeded by the global model and the nearest tuned workloads, then ``model``).
 
 ``model`` keeps an XGBCostModel fit on the job's own records (this workload's stored history
-included), on top of the job's global model where the Session gives one (``context.
-cost_model``: the model then learns what this workload does differently). Each batch is the
+included), blended with the job's global model where the Session gives one (``context.
+cost_model``): both scores standardised, the global one weighted down as the job's own
+records accumulate (see ``BASE_PRIOR``). Each batch is the
 configs with the highest predicted score among those not measured, found by scoring every
 point of the space (spaces are enumerated; up to ``SCORE_ALL_LIMIT`` points) or, above that,
 by an evolutionary search over the space; each slot is a uniformly random config instead with
@@ -31,6 +32,7 @@ import numpy as np
 
 from tunehub.core import Config, MeasureRecord, MeasureStatus, Workload
 from tunehub.cost_model.base import CostModel
+from tunehub.cost_model.registry import GLOBAL_ENSEMBLE
 from tunehub.cost_model.xgb import XGBCostModel
 from tunehub.kernels.space import SearchSpace
 from tunehub.tuner.strategy import Strategy, StrategyContext, register_strategy
@@ -46,6 +48,9 @@ MIN_RECORDS = 6
 # The online model: small and quick, refit from scratch as records arrive.
 ONLINE_ROUNDS = 80
 ONLINE_DEPTH = 4
+# The base (global) model's weight against the online model's: BASE_PRIOR / (BASE_PRIOR + n)
+# after n ok records of the job.
+BASE_PRIOR = 16.0
 # Nearest tuned workloads whose winners seed ``transfer``.
 NEIGHBOURS = 3
 
@@ -169,7 +174,6 @@ class ModelStrategy(Strategy):
             rounds=ONLINE_ROUNDS,
             max_depth=ONLINE_DEPTH,
             seed=context.seed,
-            base=self.base,
             version="online",
         )
         self._own: dict[str, MeasureRecord] = {}
@@ -276,12 +280,21 @@ class ModelStrategy(Strategy):
         rows = np.flatnonzero(unseen)
         if rows.size == 0:
             return [], np.zeros(0)
-        if self.online.trained:
-            margin = self._base_scores[rows] if self._base_scores is not None else None
-            scores = self.online.predict_matrix(self._features[rows], margin)
-        else:
-            scores = self._base_scores[rows]
-        return [self._index.points[i] for i in rows], scores
+        online = self.online.predict_matrix(self._features[rows]) if self.online.trained else None
+        base = self._base_scores[rows] if self._base_scores is not None else None
+        return [self._index.points[i] for i in rows], self._blend(online, base)
+
+    def _blend(self, online: Any, base: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
+        """The online model's scores and the base model's, each standardised, the base
+        weighted by BASE_PRIOR / (BASE_PRIOR + ok records): the job's own records take over
+        as they accumulate, and a base that misjudges this workload fades."""
+        if online is None:
+            return np.asarray(base, dtype=np.float64)
+        if base is None:
+            return np.asarray(online, dtype=np.float64)
+        n = len(self._ok_records())
+        weight = BASE_PRIOR / (BASE_PRIOR + n)
+        return np.asarray(_standard(online) + weight * _standard(base), dtype=np.float64)
 
     def _evolve(
         self, *, population: int = 256, generations: int = 6, children: int = 512
@@ -289,8 +302,6 @@ class ModelStrategy(Strategy):
         """Evolutionary search on the predicted score: start from random points and the best
         measured ones, mutate (a neighbour, or one knob redrawn), keep the fittest."""
         workload, target = self.context.workload, self.context.target
-        model = self.online if self.online.trained else self.base
-        assert model is not None
         measured = sorted(self._ok_records(), key=lambda r: r.median_secs or math.inf)
         pool = {c.key: c for c in self.space.sample(self.rng, population)}
         for record in measured[: population // 4]:
@@ -299,8 +310,15 @@ class ModelStrategy(Strategy):
 
         def score(configs: list[Config]) -> None:
             fresh = [c for c in configs if c.key not in scored]
-            for c, s in zip(fresh, model.predict(workload, target, fresh), strict=True):
-                scored[c.key] = s
+            if not fresh:
+                return
+            online = base = None
+            if self.online.trained:
+                online = np.asarray(self.online.predict(workload, target, fresh))
+            if self.base is not None:
+                base = np.asarray(self.base.predict(workload, target, fresh))
+            for c, s in zip(fresh, self._blend(online, base), strict=True):
+                scored[c.key] = float(s)
 
         members = list(pool.values())
         score(members)
@@ -345,6 +363,13 @@ class ModelStrategy(Strategy):
         return picks + waiting[: self.batch_size - len(picks)]
 
 
+def _standard(x: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
+    values = np.asarray(x, dtype=np.float64)
+    spread = float(values.std())
+    out: np.ndarray[Any, np.dtype[np.float64]] = values - values.mean()
+    return out / spread if spread > 0 else out
+
+
 def _knob_distance(a: Config, b: Config) -> int:
     return sum(1 for k in a if a[k] != b.get(k))
 
@@ -371,6 +396,7 @@ class TransferStrategy(ModelStrategy):
             self.context.template.name,
             knob_names=self.space.names,
             seed=self.context.seed,
+            ensemble=GLOBAL_ENSEMBLE,
             version="job-global",
         )
         trained.fit(similar)
