@@ -23,6 +23,7 @@ from tunehub.core import (
     local_cpu_target,
     utc_now,
 )
+from tunehub.core.job import DEFAULT_STRATEGY
 from tunehub.db import MemoryScheduleStore
 from tunehub.service.app import create_app
 from tunehub.service.settings import Settings
@@ -80,7 +81,7 @@ def test_submit_returns_202_and_a_queued_job(client: TestClient) -> None:
     assert job["state"] == "queued"
     assert job["workload_label"] == "matmul 256x256x256 float32"
     assert job["target_key"] == local_cpu_target().target_key
-    assert job["template"] == "blis.gemm" and job["strategy"] == "random"
+    assert job["template"] == "blis.gemm" and job["strategy"] == DEFAULT_STRATEGY
     assert client.get(f"/api/v1/jobs/{job['id']}").json()["id"] == job["id"]
 
 

@@ -44,6 +44,7 @@ from tunehub.core import (
     Target,
     Workload,
 )
+from tunehub.core.job import DEFAULT_STRATEGY
 from tunehub.db import MemoryScheduleStore, SqlScheduleStore, upgrade
 from tunehub.service import dashboard
 from tunehub.service.app import create_app
@@ -433,7 +434,8 @@ def test_job_page_shows_summary_chart_and_every_record(
     text = summary.text()
     assert f"{gflops_text(1.0e-3)} GFLOP/s" in text
     assert "1.00 ms" in text, "best median time"
-    for expected in (WORKLOAD.label, TARGET.label, "blis.gemm", "random", f"{len(TRIALS)} trials"):
+    for expected in (WORKLOAD.label, TARGET.label, "blis.gemm", DEFAULT_STRATEGY,
+                     f"{len(TRIALS)} trials"):  # fmt: skip
         assert expected in text
     assert "hidden" in dom.by_id("cancel-button").attrs, "a finished job cannot be cancelled"
     assert_clean_text(summary)

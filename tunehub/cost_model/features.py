@@ -23,7 +23,7 @@ Columns are computed with numpy over the whole batch: a lookup scores every poin
 >>> fs = feature_set("blis.gemm")
 >>> x = fs.matrix(Workload(m=100, n=100, k=100), t, [c])
 >>> x.shape == (1, len(fs.names)), round(float(x[0, fs.names.index("edge_m")]), 3)
-(True, 0.038)
+(True, 0.02)
 """
 
 from __future__ import annotations

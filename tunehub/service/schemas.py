@@ -18,7 +18,7 @@ from tunehub.core import (
     Worker,
     Workload,
 )
-from tunehub.core.job import MAX_SECS, MAX_TRIALS, NAME_LENGTHS
+from tunehub.core.job import DEFAULT_STRATEGY, MAX_SECS, MAX_TRIALS, NAME_LENGTHS
 from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, MAX_DIM, OPS
 
 Dim = Annotated[int, Field(ge=1, le=MAX_DIM, strict=True)]
@@ -100,10 +100,12 @@ class JobRequest(_Strict):
         description="Kernel template to tune (`blis.gemm` on CPUs, `triton.gemm` on GPUs).",
     )
     strategy: str = Field(
-        default="random",
+        default=DEFAULT_STRATEGY,
         min_length=1,
         max_length=NAME_LENGTHS["strategy"],
-        description="Search strategy, by registered name (`random`, `exhaustive`, …).",
+        description="Search strategy, by registered name: `transfer` (the default: seeded by "
+        "the global cost model and the nearest tuned workloads, then `model`), `model`, "
+        "`optuna.tpe`, `optuna.cmaes`, `random`, `exhaustive`.",
     )
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="When to stop.")
     seed: int = Field(
@@ -118,7 +120,7 @@ class JobRequest(_Strict):
                 {
                     "workload": {"op": "matmul", "m": 256, "n": 256, "k": 256, "dtype": "float32"},
                     "target": "local-cpu",
-                    "strategy": "random",
+                    "strategy": DEFAULT_STRATEGY,
                     "budget": {"max_trials": 32, "max_secs": 120},
                 }
             ]
