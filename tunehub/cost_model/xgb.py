@@ -296,6 +296,3 @@ class XGBCostModel(CostModel):
         model.workloads_used = int(data.get("workloads_used", 0))
         return model
 
-
-def finite(values: Sequence[float]) -> bool:
-    return all(math.isfinite(v) for v in values)

@@ -70,16 +70,6 @@ class SpaceIndex:
         ).reshape(len(self.points), len(self.names))
         self.row = {c.key: i for i, c in enumerate(self.points)}
 
-    def encode(self, config: Config) -> np.ndarray[Any, np.dtype[np.float64]] | None:
-        """Knob positions of ``config``, None if a value is not in the space's knobs."""
-        out = []
-        for knob in self.space.knobs:
-            value = config.get(knob.name)
-            if value not in knob.values:
-                return None
-            out.append(knob.values.index(value))
-        return np.array(out, dtype=np.float64)
-
     def nearest(self, config: Config, exclude: set[str] | frozenset[str] = frozenset()) -> int:
         """Row of the point nearest ``config`` (knob positions scaled to [0, 1]; knobs it
         lacks or values outside the space count as far), skipping keys in ``exclude``;
