@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
