@@ -294,4 +294,3 @@ class XGBCostModel(CostModel):
         model.records_used = int(data.get("records_used", 0))
         model.workloads_used = int(data.get("workloads_used", 0))
         return model
-
