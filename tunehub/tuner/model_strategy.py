@@ -32,6 +32,7 @@ import numpy as np
 
 from tunehub.core import Config, MeasureRecord, MeasureStatus, Workload
 from tunehub.cost_model.base import CostModel
+from tunehub.cost_model.predict import CONSENSUS, medoid
 from tunehub.cost_model.registry import GLOBAL_ENSEMBLE
 from tunehub.cost_model.xgb import XGBCostModel
 from tunehub.kernels.space import SearchSpace
@@ -337,12 +338,20 @@ class ModelStrategy(Strategy):
     def _diverse_top(
         self, pool: list[Config], scores: np.ndarray[Any, np.dtype[np.float64]]
     ) -> list[Config]:
-        """Greedy by score; a config within ``min_distance`` knobs of one already picked
+        """The medoid of the best-scored points first (see cost_model.predict.pick_config:
+        the centre of the region the model likes is a safer bet than its single argmax),
+        then greedy by score; a config within ``min_distance`` knobs of one already picked
         waits, and fills the batch only if too few others remain."""
         order = np.argsort(-scores, kind="stable")[: 50 * self.batch_size]
-        picks: list[Config] = []
+        if not order.size:
+            return []
+        top = order[:CONSENSUS]
+        first = int(top[medoid([pool[int(i)] for i in top], pool)])
+        picks: list[Config] = [pool[first]]
         waiting: list[Config] = []
         for i in order:
+            if int(i) == first:
+                continue
             config = pool[int(i)]
             if all(_knob_distance(config, p) >= self.min_distance for p in picks):
                 picks.append(config)
@@ -404,7 +413,7 @@ class TransferStrategy(ModelStrategy):
         if self.base is not None:
             pool, scores = self._score_all()
             if scores.size:
-                seeds.append(pool[int(np.argmax(scores))])
+                seeds.append(self._diverse_top(pool, scores)[0])
         winners = nearest_winners(self.context.history.similar(), self.context.workload)
         index = self._index or SpaceIndex(self.space)
         for config in winners:
