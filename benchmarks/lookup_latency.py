@@ -1,11 +1,12 @@
 """Benchmark: how long ``GET /api/v1/schedules/best`` takes when the cost model answers.
 
 A SQLite database (as ``tunehub serve`` uses) gets the replay datasets' records as if measured
-on this machine's CPU, and a global model trained on them is registered. Then the app
-(through FastAPI's TestClient, in process: no network) is asked for ``--shapes`` shapes nobody
-tuned: once each cold (the space is enumerated and scored, then cached), then ``--lookups``
-times warm, round robin. Printed and written to benchmarks/results/: cold and warm latency
-quantiles, and the warm ones of the lookup function alone (no HTTP).
+on this machine's CPU, and a global model trained on them is registered. Then the app, served
+by uvicorn on a loopback port as ``tunehub serve`` runs it, is asked by one keep-alive HTTP
+client (TCP_NODELAY) for ``--shapes`` shapes nobody tuned: once each cold (the space is enumerated and
+scored, then cached), then ``--lookups`` times warm, round robin; and, for comparison, for a
+tuned shape (the ``exact`` tier). Printed and written to benchmarks/results/: latency
+quantiles of each, and of the lookup function alone (no HTTP).
 
     .venv/bin/python benchmarks/lookup_latency.py
 """
@@ -17,15 +18,21 @@ import dataclasses
 import json
 import platform
 import random
+import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
-from fastapi.testclient import TestClient
+import uvicorn
 
 from tunehub.core import Workload, local_cpu_target
 from tunehub.cost_model.registry import ModelCache, train_global_model
@@ -47,6 +54,27 @@ def quantiles_ms(values: list[float]) -> dict[str, float]:
         "max_ms": float(data.max()),
         "mean_ms": float(data.mean()),
     }
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port; yield its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
 
 
 def main() -> int:
@@ -81,7 +109,15 @@ def main() -> int:
     settings = Settings(home=home, run_jobs=False, train_models=False)
     cold: list[float] = []
     warm: list[float] = []
-    with TestClient(create_app(settings, store=store)) as client:
+    exact: list[float] = []
+    tuned = records[0].request.workload
+    # TCP_NODELAY, as HTTP clients that care about latency set it: without it, a request's
+    # segments wait on the server's delayed ACK (about 40 ms on Linux loopback)
+    transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+    with (
+        serve(create_app(settings, store=store)) as base,
+        httpx.Client(base_url=base, transport=transport) as client,
+    ):
         for m, n, k in shapes:
             start = time.perf_counter()
             answer = client.get("/api/v1/schedules/best", params={"m": m, "n": n, "k": k})
@@ -92,6 +128,12 @@ def main() -> int:
             start = time.perf_counter()
             client.get("/api/v1/schedules/best", params={"m": m, "n": n, "k": k})
             warm.append(time.perf_counter() - start)
+        params = {"m": tuned.m, "n": tuned.n, "k": tuned.k, "epilogue": tuned.epilogue}
+        assert client.get("/api/v1/schedules/best", params=params).json()["source"] == "exact"
+        for _ in range(args.lookups):
+            start = time.perf_counter()
+            client.get("/api/v1/schedules/best", params=params)
+            exact.append(time.perf_counter() - start)
     models = ModelCache(store)
     direct: list[float] = []
     for m, n, k in shapes:  # warm the cache
@@ -117,11 +159,13 @@ def main() -> int:
         "model_records": info.records_used,
         "shapes": args.shapes,
         "lookups": args.lookups,
+        "http": "uvicorn on 127.0.0.1, one keep-alive httpx client with TCP_NODELAY",
         "cold_http": quantiles_ms(cold),
         "warm_http": quantiles_ms(warm),
+        "exact_http": quantiles_ms(exact),
         "warm_function": quantiles_ms(direct),
     }
-    for name in ("cold_http", "warm_http", "warm_function"):
+    for name in ("cold_http", "warm_http", "exact_http", "warm_function"):
         q = report[name]
         print(
             f"{name:>14}: p50 {q['p50_ms']:.2f} ms  p90 {q['p90_ms']:.2f} ms  "

@@ -64,12 +64,12 @@ def pick_config(
     measured fast on a similar shape."""
     if not points:
         raise ValueError("no points to choose from")
-    keys = {c.key for c in points}
     candidates = list(points)
     scores = np.asarray(model.predict(workload, target, candidates), dtype=np.float64)
     top = np.argsort(-scores, kind="stable")[: max(1, consensus)]
     best = int(top[medoid([candidates[int(i)] for i in top], candidates)])
     chosen, score, neighbour = candidates[best], float(scores[best]), False
+    keys = {c.key for c in candidates} if winners else set()
     valid_winners = [w for w in winners if w.key in keys]
     if valid_winners:
         winner_scores = model.predict(workload, target, valid_winners)
