@@ -5,8 +5,8 @@ on this machine's CPU, and a global model trained on them is registered. Then th
 by uvicorn on a loopback port as ``tunehub serve`` runs it, is asked by one keep-alive HTTP
 client (TCP_NODELAY) for ``--shapes`` shapes nobody tuned: once each cold (the space is
 enumerated and scored, then cached), then ``--lookups`` times warm, round robin; and, for
-comparison, for a tuned shape (the ``exact`` tier). Printed and written to benchmarks/results/: latency
-quantiles of each, and of the lookup function alone (no HTTP).
+comparison, for a tuned shape (the ``exact`` tier). Printed and written to
+benchmarks/results/: latency quantiles of each, and of the lookup function alone (no HTTP).
 
     .venv/bin/python benchmarks/lookup_latency.py
 """
