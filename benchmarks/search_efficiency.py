@@ -367,10 +367,16 @@ def main() -> int:
     command = " ".join([Path(sys.executable).name, *sys.argv])
     print(f"# {machine}; {len(datasets)} datasets, {len(tasks)} runs; {command}")
     start = time.time()
-    with multiprocessing.get_context("fork").Pool(
-        args.jobs, initializer=_init, initargs=(datasets,)
-    ) as pool:
-        runs = list(pool.imap_unordered(run_one, tasks, chunksize=1))
+    if args.jobs <= 1:
+        _init(datasets)
+        runs = [run_one(task) for task in tasks]
+    else:
+        # fork before this process has started XGBoost's OpenMP threads (a forked child of a
+        # process that has them can deadlock in libgomp)
+        with multiprocessing.get_context("fork").Pool(
+            args.jobs, initializer=_init, initargs=(datasets,)
+        ) as pool:
+            runs = list(pool.imap_unordered(run_one, tasks, chunksize=1))
     print(f"# replayed in {time.time() - start:.0f}s")
 
     report: dict[str, Any] = {

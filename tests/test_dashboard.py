@@ -93,7 +93,9 @@ def make_record(
         )
     request = MeasureRequest(WORKLOAD, TARGET, "blis.gemm", 1, config)
     created = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC) + timedelta(seconds=trial)
-    return MeasureRecord(request=request, result=result, job_id=job_id, created_at=created)
+    # uids in trial order: records committed together come back by uid
+    uid = f"{job_id:08x}{trial:024x}"
+    return MeasureRecord(request=request, result=result, job_id=job_id, created_at=created, uid=uid)
 
 
 BASELINE_SECS = 1.25e-3
