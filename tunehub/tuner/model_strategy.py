@@ -191,11 +191,6 @@ class ModelStrategy(Strategy):
             self._own[record.config.key] = record
             self._new_since_plan += 1
 
-    @property
-    def cost_model(self) -> CostModel:
-        """The model the picks follow: the online model, else the base, else nothing."""
-        return self.online
-
     def _ok_records(self) -> list[MeasureRecord]:
         return [r for r in self._own.values() if r.status is MeasureStatus.OK]
 
