@@ -10,6 +10,13 @@ peak. JSON goes to benchmarks/results/.
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/cpu_gemm.py
     .venv/bin/python benchmarks/cpu_gemm.py --quick         # three small cases, smoke test
     .venv/bin/python benchmarks/cpu_gemm.py --trials 60 --case 127x5000x2048
+    .venv/bin/python benchmarks/cpu_gemm.py --strategy random --history none
+
+The strategy is the jobs' default (``transfer``) unless ``--strategy`` names another. Its
+history is what a service that had tuned the replay datasets' workloads would hold: the
+datasets under ``--history`` (default benchmarks/datasets) measured on this machine's target
+family, minus the case's own workload (its exact measurements are never used); ``--history
+none`` tunes with no history at all.
 
 Compare with OpenBLAS at its best: some machines set OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE),
 which pins an older kernel; clear them in the benchmark's own command as above. The kernel
@@ -51,13 +58,16 @@ from tunehub.core import (
     Workload,
     local_cpu_target,
 )
+from tunehub.core.job import DEFAULT_STRATEGY
 from tunehub.db import MemoryScheduleStore
 from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.registry import get_template
-from tunehub.tuner import Session, StrategyContext, make_strategy
+from tunehub.tuner import HistoryView, Session, StaticHistory, StrategyContext, make_strategy
 from tunehub.workers.local import LocalMeasurer
+from tunehub.workers.replay import load_datasets
 
 RESULTS = Path(__file__).resolve().parent / "results"
+DATASETS = Path(__file__).resolve().parent / "datasets"
 SHAPES = [
     (256, 256, 256),
     (512, 512, 512),
@@ -171,6 +181,19 @@ def restricted_space(template: Any, workload: Workload, target: Target, threads:
     return space.fix(threads=threads) if "threads" in space.names else space
 
 
+class SimilarOnly(HistoryView):
+    """Another workload's history only: the case's own measurements are not shown."""
+
+    def __init__(self, inner: HistoryView) -> None:
+        self.inner = inner
+
+    def records(self) -> list[MeasureRecord]:
+        return []
+
+    def similar(self) -> list[MeasureRecord]:
+        return list(self.inner.similar())
+
+
 def request_for(template: Any, workload: Workload, target: Target, config: Config) -> Any:
     return MeasureRequest(workload, target, template.name, template.version, config)
 
@@ -209,6 +232,7 @@ def run_case(
     peak: Peak,
     seed: int,
     strategy: str,
+    history: list[MeasureRecord],
 ) -> CaseResult:
     m, n, k = shape
     workload = Workload(m=m, n=n, k=k, dtype=dtype, epilogue=epilogue)
@@ -218,8 +242,15 @@ def run_case(
     prior = [c for c in template.seed_configs(workload, target) if space.is_valid(c)]
     store = MemoryScheduleStore()
     start = time.monotonic()
+    view = SimilarOnly(StaticHistory(history, workload, target, template.name, template.version))
     context = StrategyContext(
-        space=space, workload=workload, target=target, template=template, seed=seed, prior=prior
+        space=space,
+        workload=workload,
+        target=target,
+        template=template,
+        history=view,
+        seed=seed,
+        prior=prior,
     )
     session = Session(
         store=store,
@@ -229,6 +260,7 @@ def run_case(
         workload=workload,
         target=target,
         budget=Budget(max_trials=trials, max_secs=tune_secs),
+        history=view,
         confirm_top=0,  # the side-by-side below is this benchmark's confirmation
     )
     result = session.run()
@@ -300,7 +332,14 @@ def main() -> int:
     parser.add_argument("--threads", type=int, action="append", default=[], help="1 and/or N")
     parser.add_argument("--no-fused", action="store_true", help="skip the bias_relu cases")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--strategy", default="random", help="search strategy (registry name)")
+    parser.add_argument(
+        "--strategy", default=DEFAULT_STRATEGY, help="search strategy (registry name)"
+    )
+    parser.add_argument(
+        "--history",
+        default=str(DATASETS),
+        help="replay datasets the strategy may learn from (other workloads only), or 'none'",
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON path")
     args = parser.parse_args()
 
@@ -311,6 +350,11 @@ def main() -> int:
     if not args.no_fused and not args.quick and not args.case:
         cases += [(s, "bias_relu") for s in FUSED_SHAPES]
 
+    history = (
+        []
+        if args.history == "none"
+        else [r for d in load_datasets(Path(args.history)) for r in d.records]
+    )
     work = Path(tempfile.mkdtemp(prefix="tunehub-bench-"))
     peak = measure_peak(work)
     forced = {
@@ -357,6 +401,7 @@ def main() -> int:
                     peak=peak,
                     seed=args.seed,
                     strategy=args.strategy,
+                    history=history,
                 )
                 results.append(r)
                 knobs = " ".join(f"{k}={v}" for k, v in r.config.items())
@@ -428,6 +473,8 @@ def main() -> int:
                 "peak": asdict(peak),
                 "budget": {"trials": args.trials, "tune_secs": args.tune_secs},
                 "strategy": args.strategy,
+                "history": args.history,
+                "history_records": len(history),
                 "summary": summary,
                 "cases": [asdict(r) for r in results],
             },

@@ -21,7 +21,7 @@ done
 echo "submitting a demo job: matmul 256x256x256 float32, 24 trials"
 job=$(curl -fsS -X POST "$url/api/v1/jobs" -H "X-API-Key: $key" -H 'content-type: application/json' -d '{
   "workload": {"op": "matmul", "m": 256, "n": 256, "k": 256, "dtype": "float32"},
-  "strategy": "random", "budget": {"max_trials": 24, "max_secs": 180}}')
+  "budget": {"max_trials": 24, "max_secs": 180}}')
 id=$(printf '%s' "$job" | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 echo "job $id queued: watch it on $url/jobs/$id"
 while :; do

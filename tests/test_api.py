@@ -27,6 +27,7 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.core.apikey import new_api_key
+from tunehub.core.job import DEFAULT_STRATEGY
 from tunehub.db import MemoryScheduleStore, ScheduleStore
 from tunehub.service.app import create_app
 from tunehub.service.settings import Settings
@@ -96,7 +97,7 @@ def test_submit_returns_202_and_a_queued_job(client: TestClient) -> None:
     assert job["state"] == "queued"
     assert job["workload_label"] == "matmul 256x256x256 float32"
     assert job["target_key"] == local_cpu_target().target_key
-    assert job["template"] == "blis.gemm" and job["strategy"] == "random"
+    assert job["template"] == "blis.gemm" and job["strategy"] == DEFAULT_STRATEGY
     assert client.get(f"/api/v1/jobs/{job['id']}").json()["id"] == job["id"]
 
 
@@ -243,10 +244,12 @@ def test_bad_paths_and_queries_are_422(client: TestClient, path: str) -> None:
     assert client.get(path).status_code == 422
 
 
-def test_lookup_404_when_nothing_is_known(client: TestClient) -> None:
+def test_lookup_answers_the_default_when_nothing_is_known(client: TestClient) -> None:
     response = client.get("/api/v1/schedules/best", params={"m": 8, "n": 8, "k": 8})
-    assert response.status_code == 404
-    assert "submit a job" in response.json()["detail"]
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["source"] == "default" and answer["median_secs"] is None
+    assert answer["template"] == "blis.gemm" and answer["model_version"] is None
 
 
 def test_lookup_tiers_exact_then_family(client: TestClient, store: MemoryScheduleStore) -> None:
@@ -290,7 +293,7 @@ def test_family_schedules_with_more_threads_than_cores_are_not_offered(
     big = Target.from_dict({**local.to_dict(), "cores": local.cores * 8, "toolchain": {}})
     store.commit_records([record(big, workload, {"MR": 4, "threads": local.cores * 8}, 1e-4)])
     params = {"m": 24, "n": 24, "k": 24}
-    assert client.get("/api/v1/schedules/best", params=params).status_code == 404
+    assert client.get("/api/v1/schedules/best", params=params).json()["source"] == "default"
     sibling = Target.from_dict({**local.to_dict(), "toolchain": {"cc": "othercc 2"}})
     store.commit_records([record(sibling, workload, {"MR": 6, "threads": local.cores}, 2e-4)])
     answer = client.get("/api/v1/schedules/best", params=params).json()

@@ -46,6 +46,7 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.core.apikey import new_api_key
+from tunehub.core.job import DEFAULT_STRATEGY
 from tunehub.db import MemoryScheduleStore, SqlScheduleStore, upgrade
 from tunehub.service import dashboard
 from tunehub.service.app import create_app
@@ -94,7 +95,9 @@ def make_record(
         )
     request = MeasureRequest(WORKLOAD, TARGET, "blis.gemm", 1, config)
     created = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC) + timedelta(seconds=trial)
-    return MeasureRecord(request=request, result=result, job_id=job_id, created_at=created)
+    # uids in trial order: records committed together come back by uid
+    uid = f"{job_id:08x}{trial:024x}"
+    return MeasureRecord(request=request, result=result, job_id=job_id, created_at=created, uid=uid)
 
 
 BASELINE_SECS = 1.25e-3
@@ -167,7 +170,7 @@ def test_pages_and_static_files_are_served_with_their_types(client: TestClient) 
 
 def test_every_asset_the_pages_name_is_served(client: TestClient) -> None:
     """Follow each page's <script>/<link> and each module's imports; all must resolve."""
-    pending = ["/", "/jobs/1"]
+    pending = ["/", "/jobs/1", "/models"]
     seen: set[str] = set()
     while pending:
         path = pending.pop()
@@ -435,7 +438,8 @@ def test_job_page_shows_summary_chart_and_every_record(
     text = summary.text()
     assert f"{gflops_text(1.0e-3)} GFLOP/s" in text
     assert "1.00 ms" in text, "best median time"
-    for expected in (WORKLOAD.label, TARGET.label, "blis.gemm", "random", f"{len(TRIALS)} trials"):
+    for expected in (WORKLOAD.label, TARGET.label, "blis.gemm", DEFAULT_STRATEGY,
+                     f"{len(TRIALS)} trials"):  # fmt: skip
         assert expected in text
     assert "hidden" in dom.by_id("cancel-button").attrs, "a finished job cannot be cancelled"
     assert_clean_text(summary)
@@ -836,3 +840,69 @@ def parse_html(html: str) -> Node:
     builder.feed(html)
     builder.close()
     return builder.root
+
+
+# --- the models page and the job page's predictions -----------------------------------------
+
+
+def seed_models(url: str) -> int:
+    """A registered global model (trained on the replay datasets, as measured on TARGET) and
+    a finished job whose ok records the model predicts; returns the job's id."""
+    import dataclasses as dc
+
+    from tunehub.cost_model.registry import train_global_model
+    from tunehub.workers.replay import load_datasets
+
+    upgrade(url)
+    store = SqlScheduleStore(url)
+    try:
+        store.put_target(TARGET)
+        datasets = Path(__file__).resolve().parent.parent / "benchmarks" / "datasets" / "cpu"
+        records = [
+            dc.replace(r, request=dc.replace(r.request, target=TARGET))
+            for d in load_datasets(datasets)
+            for r in d.records[:150]
+        ]
+        store.commit_records(records)
+        info = train_global_model(
+            store, family_key=TARGET.family_key, template="blis.gemm", template_version=2,
+            target_label=TARGET.label,
+        )  # fmt: skip
+        assert info is not None
+        job = store.create_job(JobSpec(WORKLOAD, TARGET.target_key, strategy="model"))
+        store.commit_records(
+            [
+                dc.replace(r, request=dc.replace(r.request, workload=WORKLOAD), job_id=job.id,
+                           uid=f"{i:032x}")
+                for i, r in enumerate(records[:6])
+            ]
+        )  # fmt: skip
+        store.set_job_state(job.id, JobState.SUCCEEDED)
+    finally:
+        store.close()
+    return job.id
+
+
+@needs_chromium
+def test_models_page_and_job_predictions(
+    tmp_path_factory: pytest.TempPathFactory, profile: Path
+) -> None:
+    home = tmp_path_factory.mktemp("models-home")
+    job_id = seed_models(f"sqlite:///{home / 'tunehub.db'}")
+    with running_server(Settings(home=home, run_jobs=False, train_models=False)) as base:
+        dom = dump_dom(base + "/models", profile)
+        rows = dom.by_id("models-table").find_all("tr", {"data-model-id": None})
+        assert len(rows) == 1
+        (row,) = rows
+        assert "blis.gemm@2" in row.text() and " v1" in row.text()
+        spearman = row.find_all("td", {"class": "num spearman"})[0].text()
+        assert re.fullmatch(r"-?[01]\.\d{3}", spearman), spearman
+        assert row.find_all("td", {"class": "num top1"})[0].text().endswith("%")
+        assert_clean_text(dom.by_id("models-table"))
+
+        job = dump_dom(f"{base}/jobs/{job_id}", profile)
+        panel = job.by_id("prediction-panel")
+        assert panel.attrs.get("hidden") is None, "a model exists: the panel shows"
+        assert "model blis.gemm@2" in job.by_id("prediction-model").text()
+        points = job.by_id("prediction-chart").find_all("circle", {"class": "prediction-point"})
+        assert len(points) == 6

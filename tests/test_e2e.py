@@ -28,7 +28,8 @@ def wait_for(predicate, timeout_secs: float, what: str) -> None:  # type: ignore
 def test_job_over_http_becomes_the_schedule_a_lookup_returns(tmp_path: Path) -> None:
     shape = {"m": 97, "n": 80, "k": 71, "dtype": "float32"}
     with LiveServer(tmp_path) as server, TunehubClient(server.url, api_key=server.key) as client:
-        assert client.best_schedule(shape) is None
+        untuned = client.best_schedule(shape)  # nothing tuned, no model: the default
+        assert untuned is not None and untuned["source"] == "default"
         job = client.submit_job(shape, max_trials=5, max_secs=240)
         assert job["state"] == "queued"
         done = client.wait(job["id"], timeout_secs=300)

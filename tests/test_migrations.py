@@ -40,6 +40,7 @@ TABLES = {
     "baselines",
     "workers",
     "api_keys",
+    "models",
 }
 
 
@@ -306,6 +307,7 @@ def test_the_migrations_ship_as_package_data() -> None:
         "0002_baselines.py",
         "0003_job_owner.py",
         "0004_pipeline.py",
+        "0005_models.py",
         "0006_api_keys.py",
     ]
 

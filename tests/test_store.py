@@ -20,6 +20,7 @@ from tunehub.core import (
     MeasureRequest,
     MeasureResult,
     MeasureStatus,
+    ModelInfo,
     Target,
     Worker,
     Workload,
@@ -832,3 +833,65 @@ def test_times_are_utc_whatever_the_session_time_zone(pg_store: SqlScheduleStore
     got = other.records_for(workload_key=SQUARE.key, target_key=CPU.target_key)
     assert got == [mine] and got[0].created_at.tzinfo is UTC
     other.close()
+
+
+# --- the cost-model registry ---------------------------------------------------------------
+def _model(family: str, template: str = "blis.gemm", version: int = 2, **kw: Any) -> ModelInfo:
+    return ModelInfo(
+        family_key=family,
+        template=template,
+        template_version=version,
+        kind="xgboost",
+        features="blis.gemm/1",
+        records_used=kw.pop("records_used", 800),
+        workloads_used=3,
+        last_record_seq=kw.pop("last_record_seq", 10),
+        created_at=T0,
+        metrics={"spearman": 0.75, "top1_fraction": 0.93},
+        target_label="cpu Test CPU 9000",
+        **kw,
+    )
+
+
+def test_models_are_versioned_per_family_template_and_template_version(
+    store: ScheduleStore,
+) -> None:
+    a1 = store.register_model(_model(CPU.family_key), b"artifact-1")
+    a2 = store.register_model(_model(CPU.family_key, records_used=900), b"artifact-2" * 1000)
+    other = store.register_model(_model(OTHER_CPU.family_key), b"x")
+    newer_template = store.register_model(_model(CPU.family_key, version=3), b"y")
+    assert (a1.version, a2.version, other.version, newer_template.version) == (1, 2, 1, 1)
+    assert len({a1.id, a2.id, other.id, newer_template.id}) == 4
+    assert a2.metrics == {"spearman": 0.75, "top1_fraction": 0.93}
+    assert a2.created_at == T0 and a2.created_at.tzinfo is not None
+    assert a2.label.endswith(" v2")
+    latest = store.latest_model(family_key=CPU.family_key, template="blis.gemm", template_version=2)
+    assert latest == a2
+    assert store.latest_model(family_key="none", template="blis.gemm", template_version=2) is None
+    assert [m.id for m in store.list_models()] == sorted(
+        [a1.id, a2.id, other.id, newer_template.id], reverse=True
+    )
+    assert [m.version for m in store.list_models(family_key=CPU.family_key, limit=2)] == [1, 2]
+    assert store.model_artifact(a2.id) == b"artifact-2" * 1000
+    assert store.model_artifact(a1.id) == b"artifact-1"
+    assert store.model_artifact(12345) is None
+
+
+def test_count_family_records_counts_what_arrived_after_a_seq(store: ScheduleStore) -> None:
+    first = [record(1.0, config={"MR": i}) for i in range(3)]
+    store.commit_records(first)
+    seq = max(r.seq or 0 for r in store.records_for(workload_key=SQUARE.key,
+                                                   target_key=CPU.target_key))  # fmt: skip
+    store.commit_records(
+        [record(2.0, config={"MR": 9}, target=CPU_NEW_CC), record(1.0, target=OTHER_CPU)]
+    )
+    count = store.count_family_records
+    assert count(family_key=CPU.family_key, template="blis.gemm") == 4
+    assert count(family_key=CPU.family_key, template="blis.gemm", after=seq) == 1
+    assert count(family_key=CPU.family_key, template="blis.gemm", template_version=9) == 0
+    assert count(family_key=CPU.family_key, template="other") == 0
+
+
+def test_models_that_do_not_fit_the_columns_are_refused(store: ScheduleStore) -> None:
+    with pytest.raises(ValueError, match=r"model\.kind"):
+        store.register_model(dataclasses.replace(_model(CPU.family_key), kind="k" * 40), b"")

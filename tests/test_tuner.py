@@ -190,7 +190,9 @@ def test_tell_keeps_verdicts_out_of_ask_and_releases_machine_failures() -> None:
 
 
 def test_unknown_strategy_names_the_known_ones() -> None:
-    with pytest.raises(UnknownName, match="exhaustive, random"):
+    with pytest.raises(
+        UnknownName, match=r"exhaustive, model, optuna\.cmaes, optuna\.tpe, random, transfer"
+    ):
         make_strategy("annealing", context())
     assert {"random", "exhaustive"} <= set(strategy_names())
 

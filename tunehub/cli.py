@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from tunehub.core import Budget, InvalidSpec, Workload
-from tunehub.core.job import MAX_SECS, MAX_TRIALS
+from tunehub.core.job import DEFAULT_STRATEGY, MAX_SECS, MAX_TRIALS
 from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -267,7 +267,7 @@ def serve(host: str | None, port: int | None, no_runner: bool) -> None:
     help="Where to tune: cpu, or cuda:N for this host's GPU N.",
 )
 @click.option("--template", default=None, help="Default: blis.gemm on cpu, triton.gemm on GPUs.")
-@click.option("--strategy", default="random", show_default=True)
+@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True)
 @click.option("--trials", type=click.IntRange(1, MAX_TRIALS), default=32, show_default=True)
 @click.option(
     "--secs",

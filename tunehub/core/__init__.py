@@ -8,6 +8,7 @@ from tunehub.core.config import Config, KnobValue
 from tunehub.core.errors import InvalidSpec
 from tunehub.core.job import Budget, Job, JobSpec, JobState
 from tunehub.core.keys import canonical_json, sha256_key
+from tunehub.core.model import ModelInfo
 from tunehub.core.records import (
     RECORD_FORMAT,
     VERDICTS,
@@ -43,6 +44,7 @@ __all__ = [
     "MeasureRequest",
     "MeasureResult",
     "MeasureStatus",
+    "ModelInfo",
     "Schedule",
     "Scope",
     "Target",

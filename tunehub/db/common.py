@@ -14,6 +14,7 @@ from tunehub.core import (
     JobState,
     MeasureRecord,
     MeasureStatus,
+    ModelInfo,
     Schedule,
     Target,
     Worker,
@@ -53,6 +54,20 @@ def check_target(target: Target) -> None:
     """Refuse a target whose fields do not fit the database's columns."""
     _check_length("target.kind", target.kind, TARGET_KIND_LENGTH)
     _check_length("target.name", target.name, TARGET_NAME_LENGTH)
+
+
+MODEL_KIND_LENGTH = 32
+MODEL_FEATURES_LENGTH = 96
+
+
+def check_model(info: ModelInfo) -> None:
+    """Refuse a model whose fields do not fit the database's columns."""
+    _check_length("model.template", info.template, TEMPLATE_LENGTH)
+    _check_length("model.kind", info.kind, MODEL_KIND_LENGTH)
+    _check_length("model.features", info.features, MODEL_FEATURES_LENGTH)
+    _check_length("model.target_label", info.target_label, TARGET_NAME_LENGTH)
+    if info.created_at.tzinfo is None:
+        raise ValueError("model.created_at: naive datetime; tunehub stores aware UTC times")
 
 
 def check_spec(spec: JobSpec) -> None:

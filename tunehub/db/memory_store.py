@@ -19,6 +19,7 @@ from tunehub.core import (
     KeyLimits,
     MeasureRecord,
     MeasureStatus,
+    ModelInfo,
     Schedule,
     Scope,
     Target,
@@ -30,6 +31,7 @@ from tunehub.core.apikey import NO_LIMITS
 from tunehub.db.common import (
     ACTIVE_STATES,
     check_baseline,
+    check_model,
     check_page,
     check_queue,
     check_records,
@@ -80,6 +82,7 @@ class MemoryScheduleStore(ScheduleStore):
         # job id -> its place in the queue (the order in which jobs last became QUEUED)
         self._queued_at: dict[int, int] = {}
         self._queue_ticks = 0
+        self._models: dict[int, tuple[ModelInfo, bytes]] = {}
 
     # --- targets and workloads -------------------------------------------------------------
     def put_target(self, target: Target) -> None:
@@ -487,6 +490,74 @@ class MemoryScheduleStore(ScheduleStore):
                 key = dataclasses.replace(key, revoked_at=utc_now())
                 self._api_keys[key_id] = key
             return key
+
+    # --- cost models -------------------------------------------------------------------------
+    def count_family_records(
+        self,
+        *,
+        family_key: str,
+        template: str,
+        template_version: int | None = None,
+        after: int | None = None,
+    ) -> int:
+        with self._lock:
+            return sum(
+                1
+                for r in self._records.values()
+                if r.request.target.family_key == family_key
+                and r.request.template == template
+                and template_version in (None, r.request.template_version)
+                and (after is None or (r.seq or 0) > after)
+            )
+
+    def register_model(self, info: ModelInfo, artifact: bytes) -> ModelInfo:
+        check_model(info)
+        with self._lock:
+            version = 1 + max(
+                (
+                    m.version
+                    for m, _ in self._models.values()
+                    if (m.family_key, m.template, m.template_version)
+                    == (info.family_key, info.template, info.template_version)
+                ),
+                default=0,
+            )
+            stored = dataclasses.replace(
+                info,
+                id=len(self._models) + 1,
+                version=version,
+                metrics=_json_copy(info.metrics),
+                created_at=info.created_at.astimezone(UTC),
+            )
+            self._models[stored.id] = (stored, bytes(artifact))
+            return stored
+
+    def list_models(
+        self, *, family_key: str | None = None, template: str | None = None, limit: int = 100
+    ) -> list[ModelInfo]:
+        check_page(limit, 0)
+        with self._lock:
+            found = [
+                m
+                for m, _ in self._models.values()
+                if family_key in (None, m.family_key) and template in (None, m.template)
+            ]
+        return sorted(found, key=lambda m: -m.id)[:limit]
+
+    def latest_model(
+        self, *, family_key: str, template: str, template_version: int
+    ) -> ModelInfo | None:
+        found = [
+            m
+            for m in self.list_models(family_key=family_key, template=template, limit=1 << 30)
+            if m.template_version == template_version
+        ]
+        return found[0] if found else None
+
+    def model_artifact(self, model_id: int) -> bytes | None:
+        with self._lock:
+            found = self._models.get(model_id)
+        return None if found is None else found[1]
 
     # --- helpers (called with the lock held) -----------------------------------------------
     def _enqueue(self, job_id: int) -> None:

@@ -25,6 +25,7 @@ from tunehub.core import (
     MeasureRequest,
     MeasureResult,
     MeasureStatus,
+    ModelInfo,
     Schedule,
     Scope,
     Target,
@@ -36,6 +37,7 @@ from tunehub.core.apikey import NO_LIMITS
 from tunehub.db.common import (
     ACTIVE_STATES,
     check_baseline,
+    check_model,
     check_page,
     check_queue,
     check_records,
@@ -58,6 +60,7 @@ from tunehub.db.tables import (
     Base,
     BaselineRow,
     JobRow,
+    ModelRow,
     RecordRow,
     ScheduleRow,
     TargetRow,
@@ -608,6 +611,91 @@ class SqlScheduleStore(ScheduleStore):
                 session.flush()
             return _api_key(row)
 
+    # --- cost models -------------------------------------------------------------------------
+    def count_family_records(
+        self,
+        *,
+        family_key: str,
+        template: str,
+        template_version: int | None = None,
+        after: int | None = None,
+    ) -> int:
+        query = (
+            select(func.count())
+            .select_from(RecordRow)
+            .join(TargetRow, TargetRow.target_key == RecordRow.target_key)
+            .where(TargetRow.family_key == family_key, RecordRow.template == template)
+        )
+        if template_version is not None:
+            query = query.where(RecordRow.template_version == template_version)
+        if after is not None:
+            query = query.where(RecordRow.id > after)
+        with session_scope(self._read) as session:
+            return int(session.scalar(query) or 0)
+
+    def register_model(self, info: ModelInfo, artifact: bytes) -> ModelInfo:
+        check_model(info)
+        with session_scope(self._write) as session:
+            latest = session.scalar(
+                select(func.max(ModelRow.version)).where(
+                    ModelRow.family_key == info.family_key,
+                    ModelRow.template == info.template,
+                    ModelRow.template_version == info.template_version,
+                )
+            )
+            row = ModelRow(
+                family_key=info.family_key,
+                template=info.template,
+                template_version=info.template_version,
+                version=int(latest or 0) + 1,
+                kind=info.kind,
+                features=info.features,
+                target_label=info.target_label,
+                records_used=info.records_used,
+                workloads_used=info.workloads_used,
+                last_record_seq=info.last_record_seq,
+                metrics=dict(info.metrics),
+                created_at=info.created_at,
+                artifact=bytes(artifact),
+            )
+            session.add(row)
+            session.flush()
+            return _model(row)
+
+    def list_models(
+        self, *, family_key: str | None = None, template: str | None = None, limit: int = 100
+    ) -> list[ModelInfo]:
+        check_page(limit, 0)
+        query = select(ModelRow).order_by(ModelRow.id.desc()).limit(limit)
+        if family_key is not None:
+            query = query.where(ModelRow.family_key == family_key)
+        if template is not None:
+            query = query.where(ModelRow.template == template)
+        with session_scope(self._read) as session:
+            return [_model(row) for row in session.scalars(query)]
+
+    def latest_model(
+        self, *, family_key: str, template: str, template_version: int
+    ) -> ModelInfo | None:
+        query = (
+            select(ModelRow)
+            .where(
+                ModelRow.family_key == family_key,
+                ModelRow.template == template,
+                ModelRow.template_version == template_version,
+            )
+            .order_by(ModelRow.id.desc())
+            .limit(1)
+        )
+        with session_scope(self._read) as session:
+            row = session.scalars(query).first()
+            return None if row is None else _model(row)
+
+    def model_artifact(self, model_id: int) -> bytes | None:
+        with session_scope(self._read) as session:
+            blob = session.scalar(select(ModelRow.artifact).where(ModelRow.id == model_id))
+            return None if blob is None else bytes(blob)
+
     # --- helpers ---------------------------------------------------------------------------
     def _check_queue(
         self,
@@ -910,6 +998,24 @@ def _record(row: RecordRow, workload: Workload, target: Target) -> MeasureRecord
         uid=row.uid,
         created_at=row.created_at,
         seq=row.id,
+    )
+
+
+def _model(row: ModelRow) -> ModelInfo:
+    return ModelInfo(
+        id=row.id,
+        version=row.version,
+        family_key=row.family_key,
+        template=row.template,
+        template_version=row.template_version,
+        kind=row.kind,
+        features=row.features,
+        target_label=row.target_label,
+        records_used=row.records_used,
+        workloads_used=row.workloads_used,
+        last_record_seq=row.last_record_seq,
+        metrics={str(k): float(v) for k, v in (row.metrics or {}).items()},
+        created_at=row.created_at,
     )
 
 

@@ -1,5 +1,5 @@
 """ScheduleStore: the storage contract (targets, workers, workloads, jobs, records, schedules,
-baselines, API keys).
+baselines, API keys, the cost-model registry).
 
 Contract, for every implementation:
 - Thread-safe: one store object is shared by the API, the job runner and worker threads.
@@ -29,6 +29,7 @@ from tunehub.core import (
     JobState,
     KeyLimits,
     MeasureRecord,
+    ModelInfo,
     Schedule,
     Scope,
     Target,
@@ -301,6 +302,41 @@ class ScheduleStore(ABC):
     def revoke_api_key(self, key_id: int) -> ApiKey:
         """Revoke a key from now on (idempotent: an earlier revocation time stays); raises
         ApiKeyNotFound."""
+
+    # --- cost models -------------------------------------------------------------------------
+    @abstractmethod
+    def count_family_records(
+        self,
+        *,
+        family_key: str,
+        template: str,
+        template_version: int | None = None,
+        after: int | None = None,
+    ) -> int:
+        """How many records ``family_records`` would return with ``seq`` above ``after`` (all
+        if None): what a trainer compares with a model's ``last_record_seq``."""
+
+    @abstractmethod
+    def register_model(self, info: ModelInfo, artifact: bytes) -> ModelInfo:
+        """Store a trained model and its artifact in one transaction; returns it with its
+        ``id`` and ``version`` (one more than the latest of its family, template and template
+        version, from 1). ``info.id`` and ``info.version`` are ignored."""
+
+    @abstractmethod
+    def list_models(
+        self, *, family_key: str | None = None, template: str | None = None, limit: int = 100
+    ) -> list[ModelInfo]:
+        """Registered models, newest first (by id), without their artifacts."""
+
+    @abstractmethod
+    def latest_model(
+        self, *, family_key: str, template: str, template_version: int
+    ) -> ModelInfo | None:
+        """The newest model of the family, template and template version, or None."""
+
+    @abstractmethod
+    def model_artifact(self, model_id: int) -> bytes | None:
+        """The artifact of model ``model_id``, or None if there is no such model."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Dispose of connections."""

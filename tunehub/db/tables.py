@@ -1,5 +1,5 @@
 """SQLAlchemy 2.0 tables (``*Row``): targets, workloads, jobs, records, schedules, baselines,
-workers, API keys.
+workers, API keys, models.
 
 Rows stay inside ``tunehub.db``; stores turn them into core dataclasses before returning.
 Every change here needs an Alembic migration in ``tunehub/db/migrations/versions``.
@@ -21,11 +21,13 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
     Text,
     TypeDecorator,
+    UniqueConstraint,
     false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -259,6 +261,29 @@ class WorkerRow(Base):
     started_at: Mapped[datetime]
     heartbeat_at: Mapped[datetime] = mapped_column(index=True)
     info: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class ModelRow(Base):
+    """A registered cost model (the global model of a target family for one template
+    version) with its held-out metrics; ``artifact`` is the model itself, read apart."""
+
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("family_key", "template", "template_version", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    family_key: Mapped[str] = mapped_column(String(KEY_LENGTH), index=True)
+    template: Mapped[str] = mapped_column(String(64))
+    template_version: Mapped[int] = mapped_column(Integer)
+    version: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    features: Mapped[str] = mapped_column(String(96))
+    target_label: Mapped[str] = mapped_column(String(256))
+    records_used: Mapped[int] = mapped_column(Integer)
+    workloads_used: Mapped[int] = mapped_column(Integer)
+    last_record_seq: Mapped[int] = mapped_column(BigInteger)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime]
+    artifact: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
 
 
 def table(row: type[Base]) -> Table:

@@ -14,12 +14,15 @@ from sqlalchemy.exc import DBAPIError
 
 import tunehub
 from tunehub.core import LOCAL_CPU, InvalidSpec, Target, local_cpu_target
+from tunehub.cost_model.registry import GlobalTrainer, ModelCache, Trainable
 from tunehub.db import QueueFull, ScheduleStore, SqlScheduleStore, check_at_head
 from tunehub.kernels.base import TimingPolicy
+from tunehub.kernels.registry import TEMPLATES, get_template
 from tunehub.service import dashboard
 from tunehub.service.auth import API_KEY_HEADER
 from tunehub.service.redact import printable
 from tunehub.service.routes_jobs import router as jobs_router
+from tunehub.service.routes_models import router as models_router
 from tunehub.service.routes_schedules import router as schedules_router
 from tunehub.service.routes_targets import router as targets_router
 from tunehub.service.runner import JobRunner
@@ -71,6 +74,21 @@ def start_workers(
     return aliases
 
 
+def trainables(store: ScheduleStore) -> list[Trainable]:
+    """Every (target family, tunable template of its kind, template version) the store has
+    targets for: what the background trainer keeps models of."""
+    found: dict[tuple[str, str, int], Trainable] = {}
+    for target in store.list_targets():
+        for name in TEMPLATES.names():
+            template = get_template(name)
+            if template.baseline or template.device_kind != target.kind:
+                continue
+            key = (target.family_key, template.name, template.version)
+            label = f"{target.kind} {target.name} [{' '.join(target.arch)}]"
+            found.setdefault(key, Trainable(*key, target_label=label))
+    return list(found.values())
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -107,9 +125,25 @@ def create_app(
             )
             runner.start()
         app.state.runner = runner
+        models = ModelCache(app.state.store)
+        app.state.models = models
+        trainer: GlobalTrainer | None = None
+        if settings.train_models:
+            store_ = app.state.store
+            trainer = GlobalTrainer(
+                store_,
+                lambda: trainables(store_),
+                interval_secs=settings.train_interval_secs,
+                min_new_records=settings.train_min_new_records,
+                on_model=lambda _: models.forget_latest(),
+            )
+            trainer.start()
+        app.state.trainer = trainer
         try:
             yield
         finally:
+            if trainer is not None:
+                trainer.stop()
             if runner is not None:
                 runner.stop()
             if owned:
@@ -192,6 +226,7 @@ def create_app(
     app.include_router(jobs_router)
     app.include_router(schedules_router)
     app.include_router(targets_router)
+    app.include_router(models_router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)
     # Outermost last: headers on every answer, then hosts, cross-site writes, CORS, bodies.

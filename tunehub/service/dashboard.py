@@ -1,4 +1,4 @@
-"""Dashboard: the HTML page routes (jobs list, job page) and the /static mount they load."""
+"""Dashboard: the HTML page routes (jobs list, job page, models) and the /static mount they load."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ def _page(name: str) -> FileResponse:
 def jobs_page() -> FileResponse:
     """The jobs list; the page fetches ``/api/v1/jobs`` itself."""
     return _page("index.html")
+
+
+@router.get("/models")
+def models_page() -> FileResponse:
+    """The cost models and their held-out metrics; the page fetches ``/api/v1/models``."""
+    return _page("models.html")
 
 
 @router.get("/jobs/{job_id}")

@@ -9,9 +9,15 @@ from fastapi import APIRouter, HTTPException, Query, status
 from tunehub.core import LOCAL_CPU, InvalidSpec, Workload
 from tunehub.core.workload import MAX_DIM
 from tunehub.service.auth import KeyedRoute, ReadAccess
-from tunehub.service.deps import LocalTargetsDep, StoreDep, resolve_target
+from tunehub.service.deps import (
+    LocalTargetsDep,
+    ModelsDep,
+    SettingsDep,
+    StoreDep,
+    resolve_target,
+)
 from tunehub.service.schemas import NAME_PATTERN, Dtype, Epilogue, Layout, Op, ScheduleOut
-from tunehub.tuner.lookup import find_schedule
+from tunehub.tuner.lookup import find_schedule, predict_schedule, queue_tuning
 
 router = APIRouter(
     prefix="/api/v1/schedules",
@@ -28,11 +34,13 @@ QueryDim = Annotated[int, Query(ge=1, le=MAX_DIM)]
     response_model=ScheduleOut,
     operation_id="best_schedule",
     summary="Best known schedule for a workload",
-    responses={404: {"description": "Nothing is known for this workload on this target."}},
+    responses={404: {"description": "No template runs this workload on this target."}},
 )
 def best_schedule(
     store: StoreDep,
     local: LocalTargetsDep,
+    models: ModelsDep,
+    settings: SettingsDep,
     m: QueryDim,
     n: QueryDim,
     k: QueryDim,
@@ -60,10 +68,21 @@ def best_schedule(
             description="Only schedules of this template (default: any).",
         ),
     ] = None,
+    tune: Annotated[
+        bool,
+        Query(
+            description="For an untuned workload, also queue a tuning job for it (in the "
+            "background; the answer does not wait). The service setting `tune_unseen` does "
+            "this for every lookup."
+        ),
+    ] = False,
 ) -> ScheduleOut:
-    """Answers from stored schedules in tiers: `exact` target, then same target `family`.
+    """Answers in tiers: a schedule tuned on this `exact` target, then on the same target
+    `family`, then the global cost model's `predicted` pick for a workload nobody tuned, then
+    the template's analytical `default` (no model yet). The answer says which (`source`).
 
-    Never tunes: an unknown workload is a 404 (submit a job to tune it).
+    Never tunes in the request: predictions come from a cached model trained in the
+    background; `tune=true` only queues a job.
     """
     try:
         workload = Workload(
@@ -81,10 +100,14 @@ def best_schedule(
         raise InvalidSpec(exc.field, exc.reason) from None
     tgt = resolve_target(store, target, local=local)
     answer = find_schedule(store, workload, tgt, template=template)
-    if answer is None:
+    if answer is not None:
+        return ScheduleOut.model_validate(answer.to_dict())
+    untuned = predict_schedule(store, workload, tgt, models, template=template)
+    if untuned is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
-            detail=f"no schedule known for {workload.label} on {tgt.label}; "
-            "submit a job (POST /api/v1/jobs) to tune it",
+            detail=f"no template runs {workload.label} on {tgt.label}",
         )
-    return ScheduleOut.model_validate(answer.to_dict())
+    if tune or settings.tune_unseen:
+        untuned = queue_tuning(store, untuned)
+    return ScheduleOut.model_validate(untuned.to_dict())

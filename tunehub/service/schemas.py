@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tunehub.core import LOCAL_CPU, Job, MeasureRecord, MeasureStatus, Target, Worker, Workload
-from tunehub.core.job import MAX_SECS, MAX_TRIALS, NAME_LENGTHS
+from tunehub.core import (
+    LOCAL_CPU,
+    Job,
+    MeasureRecord,
+    MeasureStatus,
+    ModelInfo,
+    Target,
+    Worker,
+    Workload,
+)
+from tunehub.core.job import DEFAULT_STRATEGY, MAX_SECS, MAX_TRIALS, NAME_LENGTHS
 from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, MAX_DIM, OPS
 from tunehub.service.redact import public_error
 
@@ -98,11 +108,13 @@ class JobRequest(_Strict):
         description="Kernel template to tune (`blis.gemm` on CPUs, `triton.gemm` on GPUs).",
     )
     strategy: str = Field(
-        default="random",
+        default=DEFAULT_STRATEGY,
         min_length=1,
         max_length=NAME_LENGTHS["strategy"],
         pattern=NAME_PATTERN,
-        description="Search strategy, by registered name (`random`, `exhaustive`, …).",
+        description="Search strategy, by registered name: `transfer` (the default: seeded by "
+        "the global cost model and the nearest tuned workloads, then `model`), `model`, "
+        "`optuna.tpe`, `optuna.cmaes`, `random`, `exhaustive`.",
     )
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="When to stop.")
     seed: int = Field(
@@ -117,7 +129,7 @@ class JobRequest(_Strict):
                 {
                     "workload": {"op": "matmul", "m": 256, "n": 256, "k": 256, "dtype": "float32"},
                     "target": "local-cpu",
-                    "strategy": "random",
+                    "strategy": DEFAULT_STRATEGY,
                     "budget": {"max_trials": 32, "max_secs": 120},
                 }
             ]
@@ -292,8 +304,10 @@ class ScheduleOut(BaseModel):
     config: dict[str, Any] = Field(description="Knob values, spelled as the kernel spells them.")
     template: str = Field(description="Template the config belongs to.")
     template_version: int = Field(description="Version of that template.")
-    median_secs: float = Field(description="Median time of the schedule's record.")
-    gflops: float = Field(description="GFLOP/s of the schedule's record.")
+    median_secs: float | None = Field(
+        description="Median time of the schedule's record; null for `predicted` and `default`."
+    )
+    gflops: float | None = Field(description="GFLOP/s of the schedule's record (or null).")
     confirmed_median_secs: float | None = Field(
         description="The winner re-timed at the end of a job, interleaved with the runners-up "
         "(median of the rounds' medians); null until confirmed. Quote this one."
@@ -304,14 +318,20 @@ class ScheduleOut(BaseModel):
     )
     confirmed_rounds: int | None = Field(description="Confirmation rounds.")
     confirmed_at: datetime | None = Field(description="When it was confirmed (UTC).")
-    source: Literal["exact", "family"] = Field(
+    source: Literal["exact", "family", "predicted", "default"] = Field(
         description="`exact`: tuned on this target; `family`: tuned on another target of the "
-        "same CPU model and ISA."
+        "same CPU model and ISA; `predicted`: nobody tuned this workload, the config is the "
+        "global cost model's first pick (see `model_version`, `predicted_median_secs`); "
+        "`default`: no model yet, the template's analytical default."
     )
-    record_id: str = Field(description="uid of the measurement behind this schedule.")
-    target_key: str = Field(description="Target the schedule was measured on.")
+    record_id: str | None = Field(
+        description="uid of the measurement behind this schedule (null if untuned)."
+    )
+    target_key: str = Field(description="Target the schedule was measured (or predicted) on.")
     workload_key: str = Field(description="sha256 of the workload's canonical JSON.")
-    updated_at: datetime = Field(description="When the schedule last improved (UTC).")
+    updated_at: datetime | None = Field(
+        description="When the schedule last improved (UTC); null if untuned."
+    )
     baseline: BaselineOut | None = Field(
         description="The vendor library measured on the schedule's target with the schedule's "
         "thread count; null if never measured."
@@ -321,6 +341,88 @@ class ScheduleOut(BaseModel):
     )
     baseline_faster: bool | None = Field(
         description="True when the vendor library beats this schedule (then prefer the library)."
+    )
+    predicted_median_secs: float | None = Field(
+        default=None, description="`predicted` only: the model's estimate of the config's time."
+    )
+    predicted_gflops: float | None = Field(
+        default=None, description="`predicted` only: GFLOP/s at the predicted time."
+    )
+    model_id: int | None = Field(default=None, description="`predicted`: the model's id.")
+    model_version: str | None = Field(
+        default=None,
+        description="`predicted`: the model that answered (template@version, family, version).",
+    )
+    tuning_job_id: int | None = Field(
+        default=None,
+        description="Untuned answers with `tune=true` (or the service's `tune_unseen`): the "
+        "tuning job queued (or already queued) for this workload.",
+    )
+
+
+class ModelOut(BaseModel):
+    """A registered global cost model and its held-out metrics."""
+
+    id: int = Field(description="Model id.")
+    version: int = Field(description="Version within its family, template and template version.")
+    label: str = Field(description="template@version, family key prefix and version.")
+    family_key: str = Field(description="The target family it serves.")
+    target_label: str = Field(description="Readable family: kind, model, arch.")
+    template: str = Field(description="Template it ranks configs of.")
+    template_version: int = Field(description="That template's version.")
+    kind: str = Field(description="Model kind, e.g. `xgboost`.")
+    features: str = Field(description="Feature set and version it was trained on.")
+    records_used: int = Field(description="Records it was trained on.")
+    workloads_used: int = Field(description="Workloads those records cover.")
+    metrics: dict[str, float] = Field(
+        description="Held out, one workload at a time: `spearman` (median rank correlation "
+        "with measured throughput), `top1_fraction` (median share of the workload's best that "
+        "the model's first pick reaches), `time_log2_error` (median |log2| error of its "
+        "predicted time), `held_out_workloads`, `train_secs`."
+    )
+    created_at: datetime = Field(description="When it was registered (UTC).")
+
+    @classmethod
+    def from_core(cls, info: ModelInfo) -> ModelOut:
+        return cls(
+            id=info.id,
+            version=info.version,
+            label=info.label,
+            family_key=info.family_key,
+            target_label=info.target_label,
+            template=info.template,
+            template_version=info.template_version,
+            kind=info.kind,
+            features=info.features,
+            records_used=info.records_used,
+            workloads_used=info.workloads_used,
+            metrics={k: v for k, v in info.metrics.items() if math.isfinite(v)},
+            created_at=info.created_at,
+        )
+
+
+class ModelListOut(BaseModel):
+    """Registered models, newest first."""
+
+    items: list[ModelOut] = Field(description="The models.")
+
+
+class PredictionOut(BaseModel):
+    """The global model's predicted time for one measured record."""
+
+    uid: str = Field(description="Record id.")
+    trial: int = Field(description="1-based position of the record in its job.")
+    measured_secs: float = Field(description="Its measured median.")
+    predicted_secs: float = Field(description="The model's predicted time for its config.")
+
+
+class PredictionListOut(BaseModel):
+    """Predicted against measured time for a job's ok records."""
+
+    model: ModelOut | None = Field(description="The model that predicted (null: none yet).")
+    items: list[PredictionOut] = Field(description="One per ok record, in trial order.")
+    spearman: float | None = Field(
+        description="Rank correlation of predicted and measured times (null under 3 records)."
     )
 
 

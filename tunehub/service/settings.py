@@ -55,6 +55,20 @@ class Settings(BaseSettings):
         default=0.2, gt=0, description="Time each candidate for at least this long."
     )
     max_repeats: int = Field(default=50, ge=3)
+    train_models: bool = Field(
+        default=True,
+        description="Run the background trainer of the global cost models in this process.",
+    )
+    train_interval_secs: float = Field(
+        default=60.0, gt=0, description="How often the trainer looks for new records."
+    )
+    train_min_new_records: int = Field(
+        default=200, ge=1, description="Retrain a family's model after this many new records."
+    )
+    tune_unseen: bool = Field(
+        default=False,
+        description="Queue a tuning job for every looked-up workload nobody tuned.",
+    )
 
     # --- exposure: keys, limits, headers (see README "Keys, limits and headers") ------------
     read_requires_key: bool = Field(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# The model-guided and Optuna strategies register themselves (their heavy imports are lazy).
+from tunehub.tuner import model_strategy as _model_strategy  # noqa: F401
+from tunehub.tuner import optuna_strategy as _optuna_strategy  # noqa: F401
 from tunehub.tuner.history import EmptyHistory, HistoryView, StaticHistory, StoreHistory
 from tunehub.tuner.lookup import LookupAnswer, baseline_dict, baseline_for, find_schedule
 from tunehub.tuner.session import Progress, Session, SessionResult, session_for_job

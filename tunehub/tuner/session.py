@@ -32,6 +32,7 @@ from tunehub.core import (
     Workload,
     utc_now,
 )
+from tunehub.cost_model.registry import ModelCache
 from tunehub.db.store import ScheduleStore
 from tunehub.kernels.base import Template
 from tunehub.kernels.registry import get_template
@@ -417,14 +418,19 @@ def session_for_job(
     should_pause: Callable[[], bool] | None = None,
     tuning_secs_before: float = 0.0,
     confirm_top: int = CONFIRM_TOP,
+    models: ModelCache | None = None,
 ) -> Session:
     """The Session that serves ``spec``: its template's space, the strategy (built from the
-    registry with the job's context: the store's history, the template's seed configs), and
-    the template's baseline library (measured if not stored)."""
+    registry with the job's context: the store's history, the template's seed configs, and
+    the latest registered global model of the target's family, if any), and the template's
+    baseline library (measured if not stored)."""
     template = get_template(spec.template)
     history = StoreHistory(
         store, spec.workload, target, template.name, template.version, exclude_job=job_id
     )
+    found = (models or ModelCache(store)).latest_model(target, template.name, template.version)
+    if found is not None:
+        log.info("job %s: global model %s", job_id, found[0].label)
     context = StrategyContext(
         space=template.space(spec.workload, target),
         workload=spec.workload,
@@ -433,6 +439,7 @@ def session_for_job(
         history=history,
         seed=spec.seed,
         prior=template.seed_configs(spec.workload, target),
+        cost_model=found[1] if found is not None else None,
     )
     baseline = get_template(template.baseline_template) if template.baseline_template else None
     return Session(

@@ -1,11 +1,25 @@
-"""ReplayMeasurer: the in-memory measurer double that answers from stored records."""
+"""ReplayMeasurer: the in-memory measurer double that answers from stored records, and the
+replay datasets (measured spaces in the record format) it serves."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
 
-from tunehub.core import MeasureRecord, MeasureRequest, MeasureResult, MeasureStatus, Target
+from tunehub.core import (
+    MeasureRecord,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Target,
+    record_from_json,
+    record_to_json,
+)
+from tunehub.kernels.space import SearchSpace
 from tunehub.workers.base import Measurer
 
 ReplayKey = tuple[str, str, str, str]
@@ -91,3 +105,63 @@ class ReplayMeasurer(Measurer):
         future: Future[MeasureResult] = Future()
         future.set_result(self.answer(request))
         return future
+
+
+# --- replay datasets -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReplayDataset:
+    """A measured space: records of one (workload, target, template) in the record format, one
+    JSON object per line (gzip-compressed when the name ends in ``.gz``).
+
+    ``space`` is the template's space for the workload restricted to the configs measured, so
+    a strategy replayed on it only asks for configs the dataset can answer.
+    """
+
+    name: str
+    records: tuple[MeasureRecord, ...]
+
+    @property
+    def request(self) -> MeasureRequest:
+        return self.records[0].request
+
+    @property
+    def best(self) -> MeasureRecord:
+        """The fastest ok record."""
+        ok = [r for r in self.records if r.median_secs is not None]
+        return min(ok, key=lambda r: r.median_secs or 0.0)
+
+    def gflops(self) -> dict[str, float]:
+        """Config key -> GFLOP/s (0 for a failed config)."""
+        return {r.config.key: r.gflops or 0.0 for r in self.records}
+
+    def restricted(self, space: SearchSpace) -> SearchSpace:
+        """``space`` limited to the configs this dataset measured."""
+        keys = frozenset(r.config.key for r in self.records)
+        return SearchSpace(space.knobs, (*space.constraints, lambda c: c.key in keys))
+
+
+def read_records(path: Path) -> list[MeasureRecord]:
+    """Records from a ``tunehub.record/1`` JSON-lines file (``.gz`` read compressed)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        return [record_from_json(json.loads(line)) for line in lines if line.strip()]
+
+
+def write_records(path: Path, records: Iterable[MeasureRecord]) -> None:
+    """Write records as ``tunehub.record/1`` JSON lines (gzip when the name ends in .gz)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", encoding="utf-8") as out:
+        for record in records:
+            out.write(json.dumps(record_to_json(record), sort_keys=True) + "\n")
+
+
+def load_datasets(directory: Path) -> list[ReplayDataset]:
+    """Every ``*.jsonl.gz`` / ``*.jsonl`` dataset under ``directory`` (recursively), by path."""
+    found = sorted([*directory.rglob("*.jsonl.gz"), *directory.rglob("*.jsonl")])
+    datasets = []
+    for path in found:
+        records = tuple(r for r in read_records(path) if r.verdict)
+        if records:
+            name = path.name.removesuffix(".gz").removesuffix(".jsonl")
+            datasets.append(ReplayDataset(name=name, records=records))
+    return datasets

@@ -1,6 +1,7 @@
 // The job page (/jobs/{id}): summary, cancel, best-so-far chart and the table of records.
 
 import { drawBestChart } from "./chart.js";
+import { drawPredictionChart } from "./prediction_chart.js";
 import {
   ACTIVE_STATES,
   ApiError,
@@ -265,7 +266,27 @@ async function load() {
   showError(document.getElementById("job-error"), "");
   renderSummary(job, baselines);
   renderRecords(job, seen.records, baselines);
+  await renderPredictions();
   return ACTIVE_STATES.has(job.state) ? REFRESH_MS : 0;
+}
+
+/** The global model's predicted time against each ok record's measured time (hidden when no
+ * model is registered for the job's target family). */
+async function renderPredictions() {
+  let out;
+  try {
+    out = await fetchJson(`/jobs/${jobId}/predictions`);
+  } catch {
+    return; // the rest of the page stands without it
+  }
+  const panel = document.getElementById("prediction-panel");
+  const items = Array.isArray(out.items) ? out.items : [];
+  panel.hidden = !out.model || !items.length;
+  if (panel.hidden) return;
+  const rho = isNum(out.spearman) ? `, Spearman ${out.spearman.toFixed(2)}` : "";
+  document.getElementById("prediction-model").textContent =
+    `model ${out.model.label}, ${items.length} records${rho}`;
+  drawPredictionChart(document.getElementById("prediction-chart"), items);
 }
 
 /** Fetch the records stored since the last call (every page of them) and keep them. */

@@ -7,7 +7,7 @@
   slice waits behind the others.
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Created: 2026-11-23
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006"
-down_revision: str | None = "0004"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,376 @@
+"""Features of (workload, target, config) for cost models: per template, named and versioned.
+
+A FeatureSet turns a batch of configs of one workload on one target into a float matrix, one
+row per config, one column per name in ``names``. A model saves the set's ``key`` and names
+with itself and refuses features it was not trained on (another version, another list).
+
+Each template's set holds its knobs, the workload, and derived analytical quantities that a
+tree model cannot build from raw knobs in a few splits: for ``blis.gemm`` register-tile use,
+the L1/L2/L3 footprints of the packed panels, edge waste in M, N and K, FLOPs per byte of the
+blocking, packing overheads and the split of the parallel loop; for ``triton.gemm`` padding
+waste per dimension, tiles and waves over the SMs and the last wave's fill, shared memory and
+register estimates, K iterations and split-K cost. Templates without a set of their own get
+``generic`` features (each knob's value, strings by their position among the values seen).
+
+Columns are computed with numpy over the whole batch: a lookup scores every point of a
+34,000-config space in a few tens of milliseconds.
+
+>>> from tunehub.core import Config, Target, Workload
+>>> t = Target("cpu", "x", ("avx2", "fma"), 1, l1d_bytes=32768, l2_bytes=1 << 20,
+...            l3_bytes=8 << 20, machine="x86_64")
+>>> c = Config({"ISA": "avx2", "MR": 6, "NR": 16, "KC": 256, "MC": 128, "NC": 4096,
+...             "UNROLL": 4, "threads": 1, "PAR": "ic", "PREFETCH": 0, "PACKB": True})
+>>> fs = feature_set("blis.gemm")
+>>> x = fs.matrix(Workload(m=100, n=100, k=100), t, [c])
+>>> x.shape == (1, len(fs.names)), round(float(x[0, fs.names.index("edge_m")]), 3)
+(True, 0.02)
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tunehub.core import Config, KnobValue, Target, Workload
+from tunehub.core.workload import DTYPE_BYTES
+
+Matrix = npt.NDArray[np.float64]
+Column = npt.NDArray[np.float64]
+FeatureFn = Callable[[Workload, Target, Sequence[Config]], dict[str, Column]]
+
+# Knob values and derived counts span decades: trees split on log2 as well as on raw values.
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """A template's features: ``key`` (``"<template>/<version>"``) names the list a model was
+    trained on; ``matrix`` computes it for a batch of configs."""
+
+    template: str
+    version: int
+    names: tuple[str, ...]
+    compute: FeatureFn
+
+    @property
+    def key(self) -> str:
+        return f"{self.template}/{self.version}"
+
+    def matrix(self, workload: Workload, target: Target, configs: Sequence[Config]) -> Matrix:
+        """One row per config, the columns of ``names`` in order (float64)."""
+        if not configs:
+            return np.zeros((0, len(self.names)))
+        columns = self.compute(workload, target, configs)
+        n = len(configs)
+        out = np.empty((n, len(self.names)))
+        for j, name in enumerate(self.names):
+            out[:, j] = np.broadcast_to(np.asarray(columns[name], dtype=np.float64), (n,))
+        return out
+
+
+def _knob(configs: Sequence[Config], name: str, default: KnobValue = 0) -> Column:
+    return np.array([_number(c.get(name, default)) for c in configs], dtype=np.float64)
+
+
+def _number(value: KnobValue) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int):
+        return float(value)
+    return float("nan")
+
+
+def _strings(configs: Sequence[Config], name: str, default: str = "") -> list[str]:
+    return [str(c.get(name, default)) for c in configs]
+
+
+def _log2(x: Column | float) -> Column:
+    out: Column = np.log2(np.maximum(np.asarray(x, dtype=np.float64), _EPS))
+    return out
+
+
+def _ceil_div(a: Column | float, b: Column | float) -> Column:
+    out: Column = np.ceil(np.asarray(a, dtype=np.float64) / np.maximum(b, 1.0))
+    return out
+
+
+def _pad_waste(size: float, block: Column) -> Column:
+    """Share of a padded dimension that is padding: ceil(size/block)*block vs size."""
+    padded = _ceil_div(size, block) * block
+    out: Column = (padded - size) / np.maximum(padded, 1.0)
+    return out
+
+
+def _workload_columns(workload: Workload) -> dict[str, Column]:
+    values = {
+        "log2_m": math.log2(workload.m),
+        "log2_n": math.log2(workload.n),
+        "log2_k": math.log2(workload.k),
+        "log2_flops": math.log2(workload.flops),
+        "dtype_bytes": float(DTYPE_BYTES[workload.dtype]),
+        "epilogue_bias": float(workload.epilogue != "none"),
+        "epilogue_act": float(workload.epilogue in ("bias_relu", "bias_gelu")),
+        "b_col_major": float(workload.b_layout == "col_major"),
+    }
+    return {name: np.asarray(value, dtype=np.float64) for name, value in values.items()}
+
+
+WORKLOAD_NAMES = tuple(_workload_columns(Workload(m=1, n=1, k=1)))
+
+
+# --- blis.gemm -------------------------------------------------------------------------------
+# Vector bytes and registers per ISA (as tunehub.kernels.blis_codegen has them; copied so this
+# module reads no kernel code and the lookup path imports nothing that compiles).
+BLIS_VECTOR_BYTES = {"avx512": 64, "avx2": 32, "generic": 16}
+BLIS_REGISTERS = {"avx512": 32, "avx2": 16, "generic": 16}
+FALLBACK_L1, FALLBACK_L2, FALLBACK_L3 = 32 << 10, 256 << 10, 8 << 20
+
+BLIS_NAMES = (
+    *WORKLOAD_NAMES,
+    # knobs
+    "MR", "NR", "nv", "KC", "MC", "NC", "log2_KC", "log2_MC", "log2_NC", "UNROLL",
+    "threads", "par_jc", "PREFETCH", "PACKB", "isa_vector_bytes",
+    # register tile
+    "tile_regs_used", "accumulators", "loads_per_fma",
+    # cache footprints of the blocks actually used (capped by the shape)
+    "kc_eff", "mc_eff", "nc_eff",
+    "a_micropanel_l1", "b_micropanel_l1", "micropanels_l1", "a_block_l2", "b_panel_l2",
+    "b_panel_l3",
+    # edges: padding of the register tile and the part-filled last blocks
+    "edge_m", "edge_n", "edge_k_block", "edge_m_block", "edge_n_block",
+    "kc_blocks", "mc_blocks", "nc_blocks", "log2_micro_tiles_per_block",
+    # traffic
+    "flops_per_byte_tile", "flops_per_byte_block", "c_passes_per_flop", "pack_a_per_flop",
+    "pack_b_per_flop", "nopack_b_stride_pages",
+    # threads
+    "threads_per_core", "parallel_units", "parallel_balance",
+    # shape-invariant summaries: useful share of the padded work, the vector width it keeps,
+    # and each block against the analytical model's choice (log2 ratio)
+    "useful_fraction", "effective_vector_bytes", "kc_vs_model", "mc_vs_model", "nc_vs_model",
+)  # fmt: skip
+
+
+def _blis(workload: Workload, target: Target, configs: Sequence[Config]) -> dict[str, Column]:
+    m, n, k = float(workload.m), float(workload.n), float(workload.k)
+    elem = float(DTYPE_BYTES[workload.dtype])
+    l1 = float(target.l1d_bytes or FALLBACK_L1)
+    l2 = float(target.l2_bytes or FALLBACK_L2)
+    l3 = float(target.l3_bytes or FALLBACK_L3)
+    isas = _strings(configs, "ISA", "generic")
+    vbytes = np.array([BLIS_VECTOR_BYTES.get(i, 16) for i in isas], dtype=np.float64)
+    regs = np.array([BLIS_REGISTERS.get(i, 16) for i in isas], dtype=np.float64)
+    mr, nr = _knob(configs, "MR", 1), _knob(configs, "NR", 1)
+    kc, mc, nc = _knob(configs, "KC", 1), _knob(configs, "MC", 1), _knob(configs, "NC", 1)
+    threads = np.maximum(_knob(configs, "threads", 1), 1.0)
+    par_jc = np.array([p == "jc" for p in _strings(configs, "PAR", "ic")], dtype=np.float64)
+    packb = _knob(configs, "PACKB", True)
+    nv = np.maximum(nr * elem / vbytes, 1.0)
+    kc_eff, mc_eff, nc_eff = np.minimum(kc, k), np.minimum(mc, m), np.minimum(nc, n)
+    flops = 2.0 * m * n * k
+    kc_blocks, mc_blocks, nc_blocks = _ceil_div(k, kc), _ceil_div(m, mc), _ceil_div(n, nc)
+    # Parallel loop: ic splits each NC panel's MC blocks, jc splits N into NR-aligned ranges.
+    units = np.where(par_jc > 0, _ceil_div(n, nr), mc_blocks)
+    balance = units / (_ceil_div(units, threads) * threads)
+    cores = float(max(1, target.cores))
+    useful = (1.0 - _pad_waste(m, mr)) * (1.0 - _pad_waste(n, nr))
+    # The analytical model (tunehub.kernels.blis_gemm._SpaceModel): A micro-panel in L1/4,
+    # A block in L2/2, B panel in L3/4, each capped by the shape.
+    kc_model = np.minimum(l1 / 4.0 / (mr * elem), k)
+    mc_model = np.minimum(l2 / 2.0 / (kc_eff * elem), m)
+    nc_model = np.minimum(l3 / 4.0 / (kc_eff * elem), n)
+    return {
+        **_workload_columns(workload),
+        "MR": mr,
+        "NR": nr,
+        "nv": nv,
+        "KC": kc,
+        "MC": mc,
+        "NC": nc,
+        "log2_KC": _log2(kc),
+        "log2_MC": _log2(mc),
+        "log2_NC": _log2(nc),
+        "UNROLL": _knob(configs, "UNROLL", 1),
+        "threads": threads,
+        "par_jc": par_jc,
+        "PREFETCH": _knob(configs, "PREFETCH", 0),
+        "PACKB": packb,
+        "isa_vector_bytes": vbytes,
+        "tile_regs_used": (mr * nv + nv + 1) / regs,
+        "accumulators": mr * nv,
+        "loads_per_fma": (mr + nv) / (mr * nv),
+        "kc_eff": kc_eff,
+        "mc_eff": mc_eff,
+        "nc_eff": nc_eff,
+        "a_micropanel_l1": mr * kc_eff * elem / l1,
+        "b_micropanel_l1": kc_eff * nr * elem / l1,
+        "micropanels_l1": (mr + nr) * kc_eff * elem / l1,
+        "a_block_l2": mc_eff * kc_eff * elem / l2,
+        "b_panel_l2": kc_eff * nr * elem * np.where(packb > 0, 1.0, 16.0) / l2,
+        "b_panel_l3": kc_eff * nc_eff * elem / l3,
+        "edge_m": _pad_waste(m, mr),
+        "edge_n": _pad_waste(n, nr),
+        "edge_k_block": _pad_waste(k, kc),
+        "edge_m_block": _pad_waste(m, mc),
+        "edge_n_block": _pad_waste(n, nc),
+        "kc_blocks": kc_blocks,
+        "mc_blocks": mc_blocks,
+        "nc_blocks": nc_blocks,
+        "log2_micro_tiles_per_block": _log2(_ceil_div(mc_eff, mr) * _ceil_div(nc_eff, nr)),
+        "flops_per_byte_tile": 2.0 * mr * nr / ((mr + nr) * elem),
+        "flops_per_byte_block": 2.0
+        * mc_eff
+        * nc_eff
+        * kc_eff
+        / ((mc_eff * kc_eff + kc_eff * nc_eff + 2.0 * mc_eff * nc_eff) * elem),
+        "c_passes_per_flop": kc_blocks * m * n / flops,
+        "pack_a_per_flop": nc_blocks * m * k / flops,
+        "pack_b_per_flop": np.where(packb > 0, k * n / flops, 0.0),
+        "nopack_b_stride_pages": np.where(packb > 0, 0.0, n * elem / 4096.0),
+        "threads_per_core": threads / cores,
+        "parallel_units": units,
+        "parallel_balance": balance,
+        "useful_fraction": useful,
+        "effective_vector_bytes": vbytes * useful,
+        "kc_vs_model": _log2(kc_eff / kc_model),
+        "mc_vs_model": _log2(mc_eff / mc_model),
+        "nc_vs_model": _log2(nc_eff / nc_model),
+    }
+
+
+# --- triton.gemm -------------------------------------------------------------------------------
+TRITON_VARIANTS = ("tiled", "persistent", "tma", "ws")
+# H100 values where the target's properties do not say.
+FALLBACK_SMEM_PER_BLOCK = 232448
+FALLBACK_REGS_PER_SM = 65536
+MAX_WARPS_PER_SM = 64
+
+TRITON_NAMES = (
+    *WORKLOAD_NAMES,
+    "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "SPLIT_K",
+    *(f"variant_{v}" for v in TRITON_VARIANTS),
+    "log2_tile_area",
+    "pad_m", "pad_n", "pad_k",
+    "tiles", "log2_tiles", "waves", "last_wave_fill", "programs_per_sm",
+    "smem_per_block", "smem_blocks_per_sm", "acc_regs_per_thread", "regs_per_sm_used",
+    "warps_per_sm", "k_iters", "flops_per_byte_tile", "split_k_bytes_per_flop",
+    "group_m_rows",
+)  # fmt: skip
+
+
+def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> dict[str, Column]:
+    m, n, k = float(workload.m), float(workload.n), float(workload.k)
+    elem = float(DTYPE_BYTES[workload.dtype])
+    sms = float(max(1, target.cores))
+    smem_limit = float(target.prop("smem_per_block_bytes", FALLBACK_SMEM_PER_BLOCK))
+    smem_sm = float(target.prop("smem_per_sm_bytes", int(smem_limit)))
+    regs_sm = float(target.prop("regs_per_sm", FALLBACK_REGS_PER_SM))
+    bm, bn, bk = (
+        _knob(configs, "BLOCK_M", 64),
+        _knob(configs, "BLOCK_N", 64),
+        _knob(configs, "BLOCK_K", 32),
+    )
+    warps = np.maximum(_knob(configs, "num_warps", 4), 1.0)
+    stages = np.maximum(_knob(configs, "num_stages", 2), 1.0)
+    split = np.maximum(_knob(configs, "SPLIT_K", 1), 1.0)
+    group = np.maximum(_knob(configs, "GROUP_M", 1), 1.0)
+    variants = _strings(configs, "variant", "tiled")
+    persistent = np.array([v in ("persistent", "tma", "ws") for v in variants], dtype=np.float64)
+    tiles = _ceil_div(m, bm) * _ceil_div(n, bn) * split
+    # A persistent kernel launches one program per SM and loops over tiles; either way the
+    # tiles run in waves of one per SM (per program slot).
+    smem = stages * (bm * bk + bk * bn) * elem
+    blocks_sm = np.maximum(np.floor(smem_sm / np.maximum(smem, 1.0)), 0.0)
+    acc_regs = bm * bn / (warps * 32.0)  # fp32 accumulators per thread
+    regs_thread = np.minimum(acc_regs + 32.0, 255.0)
+    resident = np.maximum(
+        np.minimum(blocks_sm, np.floor(regs_sm / (regs_thread * warps * 32.0))), 1.0
+    )
+    slots = sms * resident
+    waves = tiles / slots
+    full_waves = np.floor(waves)
+    last = waves - full_waves
+    last_fill = np.where(last > 0, last, 1.0)
+    k_per_split = _ceil_div(k, split)
+    out: dict[str, Column] = {
+        **_workload_columns(workload),
+        "BLOCK_M": bm,
+        "BLOCK_N": bn,
+        "BLOCK_K": bk,
+        "GROUP_M": group,
+        "num_warps": warps,
+        "num_stages": stages,
+        "SPLIT_K": split,
+        "log2_tile_area": _log2(bm * bn),
+        "pad_m": _pad_waste(m, bm),
+        "pad_n": _pad_waste(n, bn),
+        "pad_k": (_ceil_div(k_per_split, bk) * bk * split - k)
+        / np.maximum(_ceil_div(k_per_split, bk) * bk * split, 1.0),
+        "tiles": tiles,
+        "log2_tiles": _log2(tiles),
+        "waves": waves,
+        "last_wave_fill": last_fill,
+        "programs_per_sm": np.where(persistent > 0, np.ceil(waves), resident),
+        "smem_per_block": smem / smem_limit,
+        "smem_blocks_per_sm": blocks_sm,
+        "acc_regs_per_thread": acc_regs,
+        "regs_per_sm_used": regs_thread * warps * 32.0 * resident / regs_sm,
+        "warps_per_sm": warps * resident / MAX_WARPS_PER_SM,
+        "k_iters": _ceil_div(k_per_split, bk),
+        "flops_per_byte_tile": 2.0 * bm * bn / ((bm + bn) * elem),
+        # split-K writes (and reduces) SPLIT_K partial fp32 C tiles
+        "split_k_bytes_per_flop": (split - 1.0) * m * n * 4.0 * 2.0 / (2.0 * m * n * k),
+        "group_m_rows": np.minimum(group * bm, m) / m,
+    }
+    for v in TRITON_VARIANTS:
+        out[f"variant_{v}"] = np.array([x == v for x in variants], dtype=np.float64)
+    return out
+
+
+# --- generic -------------------------------------------------------------------------------
+def generic_feature_set(template: str, knob_names: Sequence[str]) -> FeatureSet:
+    """Features for a template with no set of its own: the workload, then each knob's value
+    (numbers as they are, strings by a stable hash into [0, 1))."""
+    knobs = tuple(sorted(knob_names))
+
+    def compute(workload: Workload, target: Target, configs: Sequence[Config]) -> dict[str, Column]:
+        out = _workload_columns(workload)
+        for name in knobs:
+            values = [c.get(name, 0) for c in configs]
+            out[f"knob_{name}"] = np.array(
+                [
+                    (zlib.crc32(v.encode()) % 10007) / 10007.0 if isinstance(v, str) else float(v)
+                    for v in values
+                ],
+                dtype=np.float64,
+            )
+        return out
+
+    return FeatureSet(
+        template=f"generic:{template}",
+        version=1,
+        names=(*WORKLOAD_NAMES, *(f"knob_{k}" for k in knobs)),
+        compute=compute,
+    )
+
+
+FEATURE_SETS: dict[str, FeatureSet] = {
+    "blis.gemm": FeatureSet("blis.gemm", 1, BLIS_NAMES, _blis),
+    "triton.gemm": FeatureSet("triton.gemm", 1, TRITON_NAMES, _triton),
+}
+
+
+def feature_set(template: str, knob_names: Sequence[str] = ()) -> FeatureSet:
+    """The template's feature set, or the generic one over ``knob_names``."""
+    found = FEATURE_SETS.get(template)
+    return found if found is not None else generic_feature_set(template, knob_names)
+
+
+def register_feature_set(features: FeatureSet) -> FeatureSet:
+    """Offer ``features`` for its template (a template plugin calls this at import)."""
+    FEATURE_SETS[features.template] = features
+    return features
