@@ -258,7 +258,7 @@ TRITON_NAMES = (
     "tiles", "log2_tiles", "waves", "last_wave_fill", "programs_per_sm",
     "smem_per_block", "smem_blocks_per_sm", "acc_regs_per_thread", "regs_per_sm_used",
     "warps_per_sm", "k_iters", "flops_per_byte_tile", "split_k_bytes_per_flop",
-    "group_m_rows",
+    "group_m_rows", "FLATTEN", "PAD_K", "unaligned_rows", "pad_copy_bytes_per_flop",
 )  # fmt: skip
 
 
@@ -328,6 +328,16 @@ def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> di
     }
     for v in TRITON_VARIANTS:
         out[f"variant_{v}"] = np.array([x == v for x in variants], dtype=np.float64)
+    # Rows read along K that are not 16-byte aligned cost vectorised loads (and TMA); PAD_K
+    # buys them back for a copy of A and B every call.
+    pad = np.array([bool(c.get("PAD_K", False)) for c in configs], dtype=np.float64)
+    unaligned = float((workload.k * elem) % 16 != 0) and float(
+        workload.a_layout == "row_major" or workload.b_layout == "col_major"
+    )
+    out["FLATTEN"] = np.array([bool(c.get("FLATTEN", False)) for c in configs], dtype=np.float64)
+    out["PAD_K"] = pad
+    out["unaligned_rows"] = unaligned * (1.0 - pad)
+    out["pad_copy_bytes_per_flop"] = pad * 2.0 * (m * k + k * n) * elem / (2.0 * m * n * k)
     return out
 
 
@@ -360,7 +370,7 @@ def generic_feature_set(template: str, knob_names: Sequence[str]) -> FeatureSet:
 
 FEATURE_SETS: dict[str, FeatureSet] = {
     "blis.gemm": FeatureSet("blis.gemm", 1, BLIS_NAMES, _blis),
-    "triton.gemm": FeatureSet("triton.gemm", 1, TRITON_NAMES, _triton),
+    "triton.gemm": FeatureSet("triton.gemm", 2, TRITON_NAMES, _triton),
 }
 
 
