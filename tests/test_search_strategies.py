@@ -108,7 +108,7 @@ def test_model_beats_random_on_a_hard_space(datasets: dict[str, ReplayDataset]) 
     assert mean_best("model") > mean_best("random") + 0.05
 
 
-def test_transfer_starts_from_the_global_pick_and_the_nearest_winners(
+def test_transfer_starts_from_the_global_pick_the_default_and_the_nearest_winners(
     datasets: dict[str, ReplayDataset],
 ) -> None:
     held_out = datasets["square_512"]
@@ -121,6 +121,11 @@ def test_transfer_starts_from_the_global_pick_and_the_nearest_winners(
     assert winners[0] == nearest.best.config
     first = strategy.ask(5)
     assert all(ctx.space.is_valid(c) for c in first)
+    # the global model's pick, then the template's analytical default, then the winners
+    pick, _ = TransferStrategy(ctx)._transfer_seeds()
+    assert pick is not None and first[0] == pick
+    default = TEMPLATE.default_config(held_out.request.workload, held_out.request.target)
+    assert first[1] == default or first[0] == default
     # the nearest winner is a point of another space: it is measured, or its nearest point
     index = SpaceIndex(ctx.space)
     moved = (
