@@ -87,8 +87,8 @@ PEAK_C = r"""
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
                           return t.tv_sec + 1e-9 * t.tv_nsec; }
 /* Cycles: a chain of dependent register-register adds retires one per cycle on every x86-64
-   core. (Not add-immediate: Golden Cove and later fold chains of those at rename, and a
-   Sapphire Rapids guest read 11.9 GHz from one.) */
+   core. (Not add-immediate: recent Intel cores fold chains of those at rename; an Intel Xeon
+   guest, family 6 model 207, read 11.9 GHz from one, against 3.05 from this chain.) */
 double clock_hz(int64_t n) {
     int64_t x = 0, one = 1; double t = now();
     __asm__ volatile("" : "+r"(one));
