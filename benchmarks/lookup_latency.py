@@ -1,12 +1,14 @@
 """Benchmark: how long ``GET /api/v1/schedules/best`` takes when the cost model answers.
 
 A SQLite database (as ``tunehub serve`` uses) gets the replay datasets' records as if measured
-on this machine's CPU, and a global model trained on them is registered. Then the app, served
-by uvicorn on a loopback port as ``tunehub serve`` runs it, is asked by one keep-alive HTTP
-client (TCP_NODELAY) for ``--shapes`` shapes nobody tuned: once each cold (the space is
-enumerated and scored, then cached), then ``--lookups`` times warm, round robin; and, for
-comparison, for a tuned shape (the ``exact`` tier). Printed and written to
-benchmarks/results/: latency quantiles of each, and of the lookup function alone (no HTTP).
+on this machine's CPU, and a global model trained on them is registered. Then ``tunehub serve
+--no-runner`` on that database, in its own process on a loopback port (``--server thread``:
+uvicorn in a thread of this process instead, sharing its interpreter lock with the client), is
+asked by one keep-alive HTTP client (TCP_NODELAY) for ``--shapes`` shapes nobody tuned: once
+each cold (the space is enumerated and scored, then cached), then ``--lookups`` times warm,
+round robin; and, for comparison, for a tuned shape (the ``exact`` tier) and ``/healthz``.
+Printed and written to benchmarks/results/: latency quantiles of each, of the lookup function
+alone (no HTTP) and of its two schedule reads.
 
     .venv/bin/python benchmarks/lookup_latency.py
 """
@@ -16,10 +18,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import random
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -56,9 +60,57 @@ def quantiles_ms(values: list[float]) -> dict[str, float]:
     }
 
 
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serve_process(home: Path) -> Iterator[str]:
+    """Run ``tunehub serve --no-runner`` on ``home``'s database in a child process, as a
+    deployment runs it; yield its base URL once it answers."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "TUNEHUB_HOME": str(home),
+        "TUNEHUB_TRAIN_MODELS": "false",
+        "TUNEHUB_RUN_JOBS": "false",
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tunehub.cli", "serve", "--no-runner", "--host", "127.0.0.1",
+         "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if child.poll() is not None:
+                err = child.stderr.read().decode() if child.stderr else ""
+                raise RuntimeError(f"tunehub serve exited with {child.returncode}: {err[-2000:]}")
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code < 500:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("tunehub serve did not answer within 60 s")
+            time.sleep(0.1)
+        yield base
+    finally:
+        child.terminate()
+        try:
+            child.wait(15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
 @contextmanager
 def serve(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port; yield its base URL."""
+    """Serve ``app`` with uvicorn in a thread on a free loopback port; yield its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
@@ -81,6 +133,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", type=int, default=20)
     parser.add_argument("--lookups", type=int, default=2000)
+    parser.add_argument(
+        "--server",
+        choices=["process", "thread"],
+        default="process",
+        help="tunehub serve in its own process (default), or uvicorn in a thread of this one",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -110,12 +168,18 @@ def main() -> int:
     cold: list[float] = []
     warm: list[float] = []
     exact: list[float] = []
+    health: list[float] = []
     tuned = records[0].request.workload
     # TCP_NODELAY, as HTTP clients that care about latency set it: without it, a request's
     # segments wait on the server's delayed ACK (about 40 ms on Linux loopback)
     transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+    server = (
+        serve_process(home)
+        if args.server == "process"
+        else serve(create_app(settings, store=store))
+    )
     with (
-        serve(create_app(settings, store=store)) as base,
+        server as base,
         httpx.Client(base_url=base, transport=transport) as client,
     ):
         for m, n, k in shapes:
@@ -134,6 +198,21 @@ def main() -> int:
             start = time.perf_counter()
             client.get("/api/v1/schedules/best", params=params)
             exact.append(time.perf_counter() - start)
+        # The floor under every answer: a round trip through the same server and middleware.
+        for _ in range(args.lookups):
+            start = time.perf_counter()
+            client.get("/healthz")
+            health.append(time.perf_counter() - start)
+    # The two reads every lookup makes before the model answers: a schedule for this target,
+    # then for its family.
+    reads: list[float] = []
+    for i in range(args.lookups):
+        m, n, k = shapes[i % len(shapes)]
+        key = Workload(m=m, n=n, k=k).key
+        start = time.perf_counter()
+        store.get_schedule(workload_key=key, target_key=target.target_key)
+        store.family_schedules(workload_key=key, family_key=target.family_key)
+        reads.append(time.perf_counter() - start)
     models = ModelCache(store)
     direct: list[float] = []
     for m, n, k in shapes:  # warm the cache
@@ -160,12 +239,20 @@ def main() -> int:
         "shapes": args.shapes,
         "lookups": args.lookups,
         "http": "uvicorn on 127.0.0.1, one keep-alive httpx client with TCP_NODELAY",
+        "server": (
+            "tunehub serve --no-runner, its own process"
+            if args.server == "process"
+            else "uvicorn in a thread of the benchmark's process"
+        ),
         "cold_http": quantiles_ms(cold),
         "warm_http": quantiles_ms(warm),
         "exact_http": quantiles_ms(exact),
         "warm_function": quantiles_ms(direct),
+        "healthz_http": quantiles_ms(health),
+        "schedule_reads": quantiles_ms(reads),
     }
-    for name in ("cold_http", "warm_http", "exact_http", "warm_function"):
+    names = ("cold_http", "warm_http", "exact_http", "healthz_http", "warm_function")
+    for name in (*names, "schedule_reads"):
         q = report[name]
         print(
             f"{name:>14}: p50 {q['p50_ms']:.2f} ms  p90 {q['p90_ms']:.2f} ms  "
