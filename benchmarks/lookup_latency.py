@@ -8,7 +8,7 @@ asked by one keep-alive HTTP client (TCP_NODELAY) for ``--shapes`` shapes nobody
 each cold (the space is enumerated and scored, then cached), then ``--lookups`` times warm,
 round robin; and, for comparison, for a tuned shape (the ``exact`` tier) and ``/healthz``.
 Printed and written to benchmarks/results/: latency quantiles of each, of the lookup function
-alone (no HTTP) and of its two schedule reads.
+alone (no HTTP) and of its schedule read.
 
     .venv/bin/python benchmarks/lookup_latency.py
 """
@@ -203,14 +203,13 @@ def main() -> int:
             start = time.perf_counter()
             client.get("/healthz")
             health.append(time.perf_counter() - start)
-    # The two reads every lookup makes before the model answers: a schedule for this target,
-    # then for its family.
+    # The read every lookup makes before the model answers: this workload's schedules on the
+    # target's family (this target's among them).
     reads: list[float] = []
     for i in range(args.lookups):
         m, n, k = shapes[i % len(shapes)]
         key = Workload(m=m, n=n, k=k).key
         start = time.perf_counter()
-        store.get_schedule(workload_key=key, target_key=target.target_key)
         store.family_schedules(workload_key=key, family_key=target.family_key)
         reads.append(time.perf_counter() - start)
     models = ModelCache(store)

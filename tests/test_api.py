@@ -276,6 +276,14 @@ def test_lookup_tiers_exact_then_family(client: TestClient, store: MemorySchedul
     by_key = client.get("/api/v1/schedules/best", params={**params, "target": local.target_key})
     assert by_key.json()["record_id"] == fast.uid
     assert exact["baseline"] is None and exact["speedup_vs_baseline"] is None
+    # A faster schedule on the sibling does not displace this target's own.
+    store.commit_records([record(sibling, workload, {"MR": 12}, 5e-4)])
+    again = client.get("/api/v1/schedules/best", params=params).json()
+    assert (again["source"], again["record_id"]) == ("exact", fast.uid)
+    sibling_answer = client.get(
+        "/api/v1/schedules/best", params={**params, "target": sibling.target_key}
+    ).json()
+    assert (sibling_answer["source"], sibling_answer["config"]) == ("exact", {"MR": 12})
 
 
 def baseline_record(target: Target, workload: Workload, threads: int, secs: float):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 
@@ -76,7 +76,7 @@ def best_schedule(
             "this for every lookup."
         ),
     ] = False,
-) -> ScheduleOut:
+) -> dict[str, Any]:
     """Answers in tiers: a schedule tuned on this `exact` target, then on the same target
     `family`, then the global cost model's `predicted` pick for a workload nobody tuned, then
     the template's analytical `default` (no model yet). The answer says which (`source`).
@@ -101,7 +101,9 @@ def best_schedule(
     tgt = resolve_target(store, target, local=local)
     answer = find_schedule(store, workload, tgt, template=template)
     if answer is not None:
-        return ScheduleOut.model_validate(answer.to_dict())
+        # A dict, validated once against `response_model` (a model instance would be
+        # validated here, dumped and validated again: a lookup is on every compiler's path).
+        return answer.to_dict()
     untuned = predict_schedule(store, workload, tgt, models, template=template)
     if untuned is None:
         raise HTTPException(
@@ -110,4 +112,4 @@ def best_schedule(
         )
     if tune or settings.tune_unseen:
         untuned = queue_tuning(store, untuned)
-    return ScheduleOut.model_validate(untuned.to_dict())
+    return untuned.to_dict()

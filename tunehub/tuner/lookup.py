@@ -99,16 +99,17 @@ def find_schedule(
     another target of the same family (same device model and arch, other toolchain versions).
     The answer carries the vendor library's Baseline, if one was measured, for comparison.
     """
-    exact = store.get_schedule(
-        workload_key=workload.key, target_key=target.target_key, template=template
+    # One read serves both tiers (the family's schedules, fastest first, include this
+    # target's): a lookup is on every compiler's path, and most find nothing tuned.
+    schedules = store.family_schedules(
+        workload_key=workload.key, family_key=target.family_key, template=template
     )
+    exact = next((s for s in schedules if s.target_key == target.target_key), None)
     if exact is not None:
         return _answer(store, exact, "exact", workload, target)
     family = [
         s
-        for s in store.family_schedules(
-            workload_key=workload.key, family_key=target.family_key, template=template
-        )
+        for s in schedules
         if config_threads(s.config) <= target.cores  # a 16-thread schedule does not fit 2 cores
     ]
     if family:
