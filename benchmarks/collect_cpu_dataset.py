@@ -55,8 +55,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cpu_gemm import git_commit
 
 from tunehub.core import (
+    RECORD_FORMAT,
     Config,
     MeasureRecord,
     MeasureRequest,
@@ -64,6 +66,7 @@ from tunehub.core import (
     Target,
     Workload,
     local_cpu_target,
+    record_to_json,
     utc_now,
 )
 from tunehub.kernels.base import TimingPolicy
@@ -76,7 +79,6 @@ log = logging.getLogger("collect_cpu_dataset")
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "datasets" / "cpu"
-RECORD_FORMAT = "tunehub.record/1"
 TEMPLATE = "blis.gemm"
 ERROR_CHARS = 2000
 # Fixed for every dataset, so records of different files compare.
@@ -127,30 +129,11 @@ def make_plan(
 
 
 def record_line(record: MeasureRecord) -> str:
-    """One record as the dataset's JSON line (format ``tunehub.record/1``)."""
-    request, result = record.request, record.result
-    return json.dumps(
-        {
-            "format": RECORD_FORMAT,
-            "uid": record.uid,
-            "job_id": record.job_id,
-            "created_at": record.created_at.isoformat(),
-            "workload": request.workload.to_dict(),
-            "target": request.target.to_dict(),
-            "template": request.template,
-            "template_version": request.template_version,
-            "config": request.config.to_dict(),
-            "status": result.status.value,
-            "repeat_secs": list(result.repeat_secs),
-            "error": result.error[:ERROR_CHARS],
-            "compile_secs": result.compile_secs,
-            "verify_secs": result.verify_secs,
-            "run_secs": result.run_secs,
-            "environment": result.environment,
-        },
-        sort_keys=False,
-        default=str,
-    )
+    """One record as the dataset's JSON line (format ``tunehub.record/1``), its error cut to
+    ``ERROR_CHARS``."""
+    data = record_to_json(record)
+    data["error"] = data["error"][:ERROR_CHARS]
+    return json.dumps(data, sort_keys=False, default=str)
 
 
 def read_partial(path: Path) -> list[dict[str, Any]]:
@@ -337,13 +320,6 @@ def _run(args: Sequence[str]) -> str:
         return subprocess.run(args, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
-
-
-def git_commit() -> str:
-    """The checkout's commit, with ``+dirty`` if tracked files changed (untracked ignored)."""
-    head = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"]).strip()
-    dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
-    return head + ("+dirty" if head and dirty.strip() else "")
 
 
 def machine_info(target: Target) -> dict[str, Any]:

@@ -28,7 +28,6 @@ import math
 import multiprocessing
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -37,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # when loaded by path (the tests)
+from cpu_gemm import git_commit
 
 from tunehub.core import Budget, Config, MeasureRecord, Target, Workload
 from tunehub.core.registry import UnknownName
@@ -78,19 +80,6 @@ def cpu_model() -> str:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 # --- spaces ------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Select, func, select, text, update
+from sqlalchemy import ColumnElement, Engine, Select, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -415,21 +415,16 @@ class SqlScheduleStore(ScheduleStore):
         template_version: int | None = None,
         limit: int | None = None,
     ) -> list[MeasureRecord]:
-        query = _records_query().where(
-            TargetRow.family_key == family_key, RecordRow.template == template
-        )
-        if template_version is not None:
-            query = query.where(RecordRow.template_version == template_version)
+        family = _family_filter(family_key, template, template_version)
+        query = _records_query().where(*family)
         if limit is not None:
             latest = (
                 select(RecordRow.id)
                 .join(TargetRow, TargetRow.target_key == RecordRow.target_key)
-                .where(TargetRow.family_key == family_key, RecordRow.template == template)
+                .where(*family)
                 .order_by(RecordRow.id.desc())
                 .limit(limit)
             )
-            if template_version is not None:
-                latest = latest.where(RecordRow.template_version == template_version)
             query = query.where(RecordRow.id.in_(latest.scalar_subquery()))
         with session_scope(self._read) as session:
             return _records(session, query)
@@ -624,10 +619,8 @@ class SqlScheduleStore(ScheduleStore):
             select(func.count())
             .select_from(RecordRow)
             .join(TargetRow, TargetRow.target_key == RecordRow.target_key)
-            .where(TargetRow.family_key == family_key, RecordRow.template == template)
+            .where(*_family_filter(family_key, template, template_version))
         )
-        if template_version is not None:
-            query = query.where(RecordRow.template_version == template_version)
         if after is not None:
             query = query.where(RecordRow.id > after)
         with session_scope(self._read) as session:
@@ -948,6 +941,17 @@ def _record_values(record: MeasureRecord) -> dict[str, Any]:
         "environment": result.environment,
         "created_at": record.created_at,
     }
+
+
+def _family_filter(
+    family_key: str, template: str, template_version: int | None
+) -> list[ColumnElement[bool]]:
+    """Where a record (joined with its target) is of this template (and version, if given) on
+    a target of this family."""
+    found = [TargetRow.family_key == family_key, RecordRow.template == template]
+    if template_version is not None:
+        found.append(RecordRow.template_version == template_version)
+    return found
 
 
 def _records_query() -> Select[RecordRow, WorkloadRow, TargetRow]:
