@@ -42,6 +42,7 @@ import torch  # noqa: E402
 from cpu_gemm import git_commit  # noqa: E402
 
 from tunehub.core import Budget, Config, JobSpec, Workload  # noqa: E402
+from tunehub.core.job import DEFAULT_STRATEGY  # noqa: E402
 from tunehub.db import SqlScheduleStore, upgrade  # noqa: E402
 from tunehub.kernels import gpu_reference as ref  # noqa: E402
 from tunehub.kernels import triton_gemm_kernels as kernels  # noqa: E402
@@ -68,6 +69,20 @@ FP16 = [
     (127, 5000, 2048),
 ]
 BF16 = [(4096, 4096, 4096), (16, 4096, 4096), (1000, 3000, 777)]
+# The broader suite (--suite broad): linear layers of a Llama-3-8B-sized model (hidden 4096,
+# fused QKV 6144, MLP 14336) at a prefill batch of 2048 tokens and a decode batch of 8, with
+# and without a bias epilogue; mid-size squares; odd sizes; fp16 and bf16.
+BROAD = [
+    "2048x6144x4096:float16:bias",
+    "2048x4096x14336:bfloat16",
+    "8x6144x4096:float16:bias",
+    "8x4096x14336:bfloat16",
+    "512x512x512:float16",
+    "1536x1536x1536:bfloat16",
+    "1000x1000x1000:float16:bias_relu",
+    "2048x2048x2048:bfloat16:bias_gelu",
+    "333x4444x1111:float16",
+]
 log = logging.getLogger("gpu_gemm")
 
 
@@ -86,9 +101,9 @@ class Side:
         return statistics.median(self.round_medians) if self.round_medians else math.nan
 
 
-def workload_of(shape: tuple[int, int, int], dtype: str) -> Workload:
+def workload_of(shape: tuple[int, int, int], dtype: str, epilogue: str = "none") -> Workload:
     m, n, k = shape
-    return Workload(m=m, n=n, k=k, dtype=dtype, b_layout="col_major")
+    return Workload(m=m, n=n, k=k, dtype=dtype, b_layout="col_major", epilogue=epilogue)
 
 
 def tune(
@@ -227,10 +242,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=64, help="tuning budget per case")
     parser.add_argument("--secs", type=float, default=240.0, help="tuning time budget per case")
-    parser.add_argument("--strategy", default="random")
+    parser.add_argument("--strategy", default=DEFAULT_STRATEGY, help="the jobs' default")
+    parser.add_argument(
+        "--max-candidate-secs", type=float, default=300.0, help="a candidate's build+run limit"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="alternations of the contenders")
     parser.add_argument("--min-secs", type=float, default=0.05, help="timing per round")
-    parser.add_argument("--case", action="append", default=[], help="MxNxK[:dtype] (repeatable)")
+    parser.add_argument(
+        "--case", action="append", default=[], help="MxNxK[:dtype[:epilogue]] (repeatable)"
+    )
+    parser.add_argument("--suite", choices=["issue", "broad"], default="issue")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
     parser.add_argument("--home", type=Path, default=Path("/tmp/tunehub-gpu-bench"))
@@ -240,13 +261,14 @@ def main() -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    cases: list[tuple[tuple[int, int, int], str]] = []
-    for text in args.case:
-        shape, _, dtype = text.partition(":")
+    cases: list[tuple[tuple[int, int, int], str, str]] = []
+    texts = args.case or (BROAD if args.suite == "broad" else [])
+    for text in texts:
+        shape, dtype, epilogue = ([*text.split(":"), "", ""])[:3]
         m, n, k = (int(x) for x in shape.lower().split("x"))
-        cases.append(((m, n, k), dtype or "float16"))
+        cases.append(((m, n, k), dtype or "float16", epilogue or "none"))
     if not cases:
-        cases = [(s, "float16") for s in FP16] + [(s, "bfloat16") for s in BF16]
+        cases = [(s, "float16", "none") for s in FP16] + [(s, "bfloat16", "none") for s in BF16]
 
     args.home.mkdir(parents=True, exist_ok=True)
     url = f"sqlite:///{args.home / 'tunehub.db'}"
@@ -258,7 +280,7 @@ def main() -> int:
         workdir=args.home / "work",
         build_dir=args.home / "build",
         timing=TimingPolicy(min_secs=0.1, max_repeats=50),
-        max_candidate_secs=300,
+        max_candidate_secs=args.max_candidate_secs,
     )
     target = measurer.target
     env = gpu_environment(device)
@@ -270,8 +292,8 @@ def main() -> int:
     results = []
     locks = CoreLocks()
     try:
-        for shape, dtype in cases:
-            workload = workload_of(shape, dtype)
+        for shape, dtype, epilogue in cases:
+            workload = workload_of(shape, dtype, epilogue)
             found = tune(workload, measurer, store, args.trials, args.secs, args.strategy)
             # Time side by side holding the GPU's host-wide lock, as the run sandbox does.
             lock = measurer.fingerprint().lock_name
@@ -288,7 +310,8 @@ def main() -> int:
             ours, cublas = sides[0], sides[1]
             answer = cublas if found["lookup_says_library_faster"] else ours
             row = {
-                "case": f"{shape[0]}x{shape[1]}x{shape[2]}",
+                "case": f"{shape[0]}x{shape[1]}x{shape[2]}"
+                + (f" {epilogue}" if epilogue != "none" else ""),
                 "dtype": dtype,
                 "workload": workload.to_dict(),
                 "tunehub": found,
@@ -309,7 +332,7 @@ def main() -> int:
                     f"{'  [lookup: use cuBLAS]' if library else ''}")  # fmt: skip
             vs_compile = row["ratio_vs_compile"]
             print(
-                f"{row['case'] + ' ' + dtype:>24} {tflops['tunehub']:8.1f} "
+                f"{row['case'] + ' ' + dtype:>34} {tflops['tunehub']:8.1f} "
                 f"{tflops['cuBLAS']:8.1f} "
                 f"{tflops.get(sides[-1].name, math.nan) if len(sides) > 2 else math.nan:8.1f} "
                 f"{row['ratio_vs_cublas']:8.3f} "
@@ -321,7 +344,9 @@ def main() -> int:
         measurer.close()
         store.close()
 
-    fp16 = [r["ratio_vs_cublas"] for r in results if r["dtype"] == "float16"]
+    fp16 = [r["ratio_vs_cublas"] for r in results if r["dtype"] == "float16"] or [
+        r["ratio_vs_cublas"] for r in results
+    ]
     summary = {
         "geomean_vs_cublas_fp16": _geomean(fp16),
         "min_vs_cublas_fp16": min(fp16) if fp16 else None,
@@ -345,7 +370,9 @@ def main() -> int:
                 "benchmark": "gpu_gemm",
                 "date": stamp.isoformat(),
                 "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-                "commit": git_commit() or os.environ.get("TUNEHUB_COMMIT", ""),
+                # A copy run from inside another checkout (the device tool's) would read that
+                # checkout's commit: the caller's TUNEHUB_COMMIT names the code that ran.
+                "commit": os.environ.get("TUNEHUB_COMMIT") or git_commit(),
                 "gpu": target.to_dict(),
                 "environment": env,
                 "budget": {"trials": args.trials, "secs": args.secs, "strategy": args.strategy},

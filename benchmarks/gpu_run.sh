@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU machine's steps for the triton.gemm issue, run from the repo root on the lent machine:
 #   bash benchmarks/gpu_run.sh smoke service        # a quick tune, the service end to end
+#   bash benchmarks/gpu_run.sh check                  # correctness matrix, a process a variant
+#   bash benchmarks/gpu_run.sh splitk                 # one-kernel split-K: its check + timings
 #   bash benchmarks/gpu_run.sh bench "4096x4096x4096 16x4096x4096" [trials]
 #   bash benchmarks/gpu_run.sh dataset "square_4096 odd_1000x3000x777" [deadline secs]
 # Wheels the image lacks travel in .whl/ (see ../shared/tools/device-wheels.sh); results go to
@@ -34,10 +36,45 @@ step_service() {
   bash benchmarks/gpu_service_demo.sh 2>&1 | tee "$OUT/service.log"
 }
 
+step_check() {
+  # One process a variant, each stopped (with its stack dumped) when one case hangs, so a
+  # hung kernel costs 20 s and the other variants are still checked.
+  local v
+  for v in tiled persistent tma ws; do
+    mkdir -p "$OUT/check_$v"
+    timeout 150 python3 benchmarks/triton_kernel_check.py --out "$OUT/check_$v" \
+      --budget-secs 300 --skip timing xproc --variants "$v" --case-secs 20 \
+      >"$OUT/check_$v/run.log" 2>&1
+    echo "check $v rc=$?"
+    grep -v '^case' "$OUT/check_$v/run.log" | tail -6
+    tail -1 "$OUT/check_$v/run.log"
+  done
+  (cd "$OUT" && tar czf check.tgz check_* && rm -rf check_*)
+}
+
+step_splitk() {
+  # The one-kernel split-K (variant 'splitk'): (a) its part of the check matrix, in one
+  # process with check's hang guard; (b) side by side with the two-kernel split-K, the best
+  # of a few non-split configs and cuBLAS on four long-K shapes (benchmarks/gpu_splitk.py:
+  # ~63 kernels compiled by a CPU pool first, graph replay, L2 flushed, 3 rounds). Each part
+  # is capped so the step stays under 4 minutes.
+  mkdir -p "$OUT/check_splitk"
+  timeout 100 python3 benchmarks/triton_kernel_check.py --out "$OUT/check_splitk" \
+    --budget-secs 240 --skip timing xproc --variants splitk --case-secs 20 \
+    >"$OUT/check_splitk/run.log" 2>&1
+  echo "check splitk rc=$?"
+  grep -v '^case' "$OUT/check_splitk/run.log" | tail -8
+  tail -1 "$OUT/check_splitk/run.log"
+  (cd "$OUT" && tar czf check_splitk.tgz check_splitk && rm -rf check_splitk)
+  timeout 130 python3 benchmarks/gpu_splitk.py --budget-secs 105 \
+    --out "$OUT/gpu_splitk-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/splitk.log"
+  echo "gpu_splitk rc=${PIPESTATUS[0]}"
+}
+
 step_bench() {
   local cases=() trials="${2:-64}"
   for c in $1; do cases+=(--case "$c"); done
-  python3 benchmarks/gpu_gemm.py "${cases[@]}" --trials "$trials" \
+  python3 benchmarks/gpu_gemm.py "${cases[@]}" --trials "$trials" ${BENCH_ARGS:-} \
     --out "$OUT/gpu_gemm-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee -a "$OUT/bench.log" \
     | grep -v " INFO "
 }
@@ -51,8 +88,8 @@ step_dataset() {
 }
 
 case "${1:-}" in
-  smoke|service) for s in "$@"; do "step_$s"; done ;;
+  smoke|service|check|splitk) for s in "$@"; do "step_$s"; done ;;
   bench) step_bench "$2" "${3:-64}" ;;
   dataset) step_dataset "$2" "${3:-420}" ;;
-  *) sed -n 2,7p "$0"; exit 2 ;;
+  *) sed -n 2,8p "$0"; exit 2 ;;
 esac

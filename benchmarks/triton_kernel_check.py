@@ -174,6 +174,8 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         "persistent": cfg("persistent", 64, 64, 32, 4, 3, group_m=4),
         "tma": cfg("tma", 64, 64, 32, 4, 3, group_m=4),
         "ws": cfg("ws", 128, 64, 32, 4, 3, group_m=4),
+        # 7 K tiles of 32 over 3 splits: 3, 3 and a ragged 1.
+        "splitk": cfg("splitk", 64, 64, 32, 4, 3, split_k=3, group_m=4),
     }
     # Every variant x dtype x epilogue x layout on a shape that suits TMA (16-byte leading
     # dimensions for every dtype) yet has partial tiles in M, N and K.
@@ -185,7 +187,7 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
     # Odd sizes for the pointer variants (no % 16 specialisation, ragged K): every dtype x
     # layout, epilogues rotated.
     for i, ((dtype, tf32), layouts) in enumerate(_product(dtypes, layout_pairs)):
-        for variant in ("tiled", "persistent"):
+        for variant in ("tiled", "persistent", "splitk"):
             epilogue = tg.EPILOGUES[i % 4]
             jobs.append(job("odd", configs[variant], 257, 333, 211, dtype, epilogue, layouts, tf32))
     # Edge shapes and bigger tiles.
@@ -203,6 +205,13 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         (cfg("tiled", 64, 64, 128, 4, 4, split_k=8), 256, 256, 8192),
         (cfg("tiled", 32, 64, 128, 4, 4, split_k=5), 100, 300, 1000),
         (cfg("tiled", 64, 64, 64, 4, 3, split_k=7), 64, 64, 200),
+        # One-kernel split-K: the benchmark's tile, uneven and empty splits, many tiles (and
+        # counters) at once, an 8-warp tile.
+        (cfg("splitk", 64, 64, 128, 4, 5, split_k=8), 256, 256, 8192),
+        (cfg("splitk", 32, 64, 128, 4, 4, split_k=5), 100, 300, 1000),
+        (cfg("splitk", 64, 64, 64, 4, 3, split_k=7), 64, 64, 200),
+        (cfg("splitk", 64, 128, 64, 4, 4, split_k=2), 1000, 3000, 777),
+        (cfg("splitk", 128, 128, 64, 8, 4, split_k=16), 128, 128, 32768),
         (cfg("persistent", 128, 128, 64, 4, 4, FLATTEN=True), 300, 500, 400),
         (cfg("tma", 128, 128, 64, 8, 4, FLATTEN=False), 304, 496, 400),
     ]
@@ -462,11 +471,24 @@ def gpu_rel_err(torch: Any, out: Any, ref: Any) -> float:
 
 
 def run_correctness(
-    torch: Any, tg: Any, specs: list[dict[str, Any]], built: list[dict[str, Any]], deadline: float
+    torch: Any,
+    tg: Any,
+    specs: list[dict[str, Any]],
+    built: list[dict[str, Any]],
+    deadline: float,
+    case_secs: float = 0.0,
 ) -> list[dict[str, Any]]:
+    import faulthandler
+
     gen = torch.Generator(device="cuda").manual_seed(1234)
     rows = []
     for spec, build in zip(specs, built, strict=True):
+        if case_secs:
+            # A kernel that never finishes leaves nothing else to learn from this process:
+            # name the case and show where it waits, then exit.
+            print("case", label(spec["config"]), spec["m"], spec["n"], spec["k"], spec["dtype"],
+                  spec["epilogue"], spec["layouts"], flush=True)  # fmt: skip
+            faulthandler.dump_traceback_later(case_secs, exit=True)
         row: dict[str, Any] = {
             "phase": spec["phase"],
             "variant": spec["config"]["variant"],
@@ -502,9 +524,23 @@ def run_correctness(
             )
             if err > tol:
                 row["nan_frac"] = float(torch.isnan(out.float()).float().mean())
+            if bound.counts is not None:
+                # The one-kernel split-K: its tile counters must be back at zero (the next
+                # call's correctness depends on it) and a second call must give the same bits.
+                first = out.clone()
+                out.fill_(float("nan"))
+                bound()
+                torch.cuda.synchronize()
+                row.update(
+                    repeatable=bool(torch.equal(out, first)),
+                    counters_zero=not bool(bound.counts.any()),
+                )
+                if not (row["repeatable"] and row["counters_zero"]):
+                    row["status"] = "wrong_answer"
         except Exception as exc:
             row.update(status="runtime_error", error=f"{type(exc).__name__}: {str(exc)[-400:]}")
         rows.append(row)
+    faulthandler.cancel_dump_traceback_later()
     return rows
 
 
@@ -746,6 +782,13 @@ def main() -> None:
     parser.add_argument("--budget-secs", type=float, default=380.0)
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--skip", nargs="*", default=[], help="phases to skip")
+    parser.add_argument("--variants", nargs="*", default=[], help="only these variants")
+    parser.add_argument(
+        "--case-secs",
+        type=float,
+        default=0.0,
+        help="dump the stack and exit when one correctness case takes longer (a hung kernel)",
+    )
     parser.add_argument(
         "--suite",
         choices=["main", "followup"],
@@ -782,6 +825,9 @@ def main() -> None:
         correct = followup_correctness_jobs(tg) if followup else correctness_jobs(tg)
     if "timing" not in args.skip:
         timing = followup_timing_jobs(tg) if followup else timing_jobs(tg, num_sms)
+    if args.variants:
+        correct = [s for s in correct if s["config"]["variant"] in args.variants]
+        timing = [s for s in timing if s["config"]["variant"] in args.variants]
     specs = correct + timing
     print(f"precompiling {len(specs)} problems on {args.workers} processes", flush=True)
     built, secs = precompile_all(specs, capability, num_sms, args.workers)
@@ -806,7 +852,9 @@ def main() -> None:
     counter = CacheCounter(triton)
     deadline = start + args.budget_secs
     if correct:
-        rows = run_correctness(torch, tg, correct, built[: len(correct)], deadline - 150)
+        rows = run_correctness(
+            torch, tg, correct, built[: len(correct)], deadline - 150, args.case_secs
+        )
         report["correctness"] = rows
         report["correctness_cache"] = {"hits": counter.hits, "misses": counter.misses[:50]}
         save()

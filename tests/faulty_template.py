@@ -123,6 +123,18 @@ def _log_interval(kind: str, start: float, end: float, config: Config) -> None:
         fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _log_replica_run(start: float, end: float, request: MeasureRequest) -> None:
+    """One line per timed run, ``m ppid start end``, to ``$TUNEHUB_TEST_REPLICA_RUNS``: which
+    ``tunehub serve`` (the sandbox's parent) ran which job (the workload's m) when."""
+    path = os.environ.get("TUNEHUB_TEST_REPLICA_RUNS")
+    if not path:
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(f"{request.workload.m} {os.getppid()} {start:.6f} {end:.6f}\n")
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class PipelineTemplate(Template):
     """Slow builds, fast runs; every build and run logs its interval."""
 
@@ -151,6 +163,7 @@ class PipelineTemplate(Template):
         time.sleep(float(os.environ.get("TUNEHUB_TEST_RUN_SECS", "0.05")))
         end = time.time()
         _log_interval("run", start, end, request.config)
+        _log_replica_run(start, end, request)
         return MeasureResult(
             MeasureStatus.OK,
             repeat_secs=(1e-3 * (1 + int(request.config["i"]) % 7),),

@@ -59,6 +59,13 @@ def client(store: MemoryScheduleStore, tmp_path: Any) -> Iterator[TestClient]:
         yield c
 
 
+def changes_seen(client: TestClient) -> None:
+    """What the service's cache thread does every ``lookup_refresh_secs``: read the store's
+    change feed, so lookups no longer answer from before the writes (tests/test_lookup_cache.py
+    checks the thread itself)."""
+    client.app.state.lookup_cache.refresh()  # type: ignore[attr-defined]
+
+
 def submit(client: TestClient, **changes: Any) -> Any:
     body: dict[str, Any] = {"workload": dict(SHAPE), "budget": {"max_trials": 4, "max_secs": 30}}
     body.update(changes)
@@ -268,6 +275,7 @@ def test_lookup_tiers_exact_then_family(client: TestClient, store: MemorySchedul
     store.commit_records(
         [record(local, workload, {"MR": 6}, 3e-3), fast, record(local, workload, {"MR": 2}, None)]
     )
+    changes_seen(client)
     exact = client.get("/api/v1/schedules/best", params=params).json()
     assert exact["source"] == "exact"
     assert exact["record_id"] == fast.uid
@@ -278,6 +286,7 @@ def test_lookup_tiers_exact_then_family(client: TestClient, store: MemorySchedul
     assert exact["baseline"] is None and exact["speedup_vs_baseline"] is None
     # A faster schedule on the sibling does not displace this target's own.
     store.commit_records([record(sibling, workload, {"MR": 12}, 5e-4)])
+    changes_seen(client)
     again = client.get("/api/v1/schedules/best", params=params).json()
     assert (again["source"], again["record_id"]) == ("exact", fast.uid)
     sibling_answer = client.get(
@@ -304,6 +313,7 @@ def test_family_schedules_with_more_threads_than_cores_are_not_offered(
     assert client.get("/api/v1/schedules/best", params=params).json()["source"] == "default"
     sibling = Target.from_dict({**local.to_dict(), "toolchain": {"cc": "othercc 2"}})
     store.commit_records([record(sibling, workload, {"MR": 6, "threads": local.cores}, 2e-4)])
+    changes_seen(client)
     answer = client.get("/api/v1/schedules/best", params=params).json()
     assert answer["source"] == "family" and answer["config"]["MR"] == 6
 
@@ -323,6 +333,7 @@ def test_lookup_compares_with_the_baseline_of_the_same_thread_count(
     assert answer["speedup_vs_baseline"] == pytest.approx(0.8)
     assert answer["baseline_faster"] is True
     store.commit_records([record(local, workload, {"MR": 4, "threads": 2}, 0.5e-3)])
+    changes_seen(client)
     answer = client.get("/api/v1/schedules/best", params=params).json()
     assert answer["speedup_vs_baseline"] == pytest.approx(1.6)
     assert answer["baseline_faster"] is False

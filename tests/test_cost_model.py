@@ -86,6 +86,29 @@ def test_triton_features_count_tiles_waves_and_shared_memory() -> None:
     assert col["split_k_bytes_per_flop"][0] == 0 < col["split_k_bytes_per_flop"][1]
 
 
+def test_triton_features_tell_one_kernel_split_k_from_two() -> None:
+    fs = feature_set("triton.gemm")
+    assert fs.version == 3
+    workload = Workload(m=256, n=256, k=65536, dtype="float16")
+    base = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4,
+            "num_stages": 5}  # fmt: skip
+    configs = [
+        Config({**base, "variant": "tiled", "SPLIT_K": 8}),
+        Config({**base, "variant": "splitk", "SPLIT_K": 8}),
+        Config({**base, "variant": "tiled", "SPLIT_K": 1}),
+    ]
+    x = fs.matrix(workload, H100, configs)
+    col = {name: x[:, i] for i, name in enumerate(fs.names)}
+    assert col["variant_splitk"].tolist() == [0.0, 1.0, 0.0]
+    # The two-kernel split adds its reduce launch; the one-kernel split reduces in its own.
+    assert col["kernel_launches"].tolist() == [2.0, 1.0, 1.0]
+    # Both move fp32 partials: 8 written and read back (one-kernel) vs 7 extra (two-kernel).
+    flops = 2.0 * 256 * 256 * 65536
+    assert col["split_k_bytes_per_flop"][1] == pytest.approx(8 * 256 * 256 * 8 / flops)
+    assert col["split_k_bytes_per_flop"][0] == pytest.approx(7 * 256 * 256 * 8 / flops)
+    assert col["split_k_bytes_per_flop"][2] == 0.0
+
+
 def test_a_template_without_features_gets_generic_ones() -> None:
     fs = feature_set("toy.gemm", ["NR", "MR", "LOOP"])
     x = fs.matrix(Workload(m=8, n=8, k=8), CPU, [Config({"MR": 2, "NR": 4, "LOOP": "a"})])

@@ -92,10 +92,22 @@ def test_crashing_and_hanging_candidates_cost_one_record_each(tmp_path: Path) ->
         assert client.health()["runner"] is True
 
 
-def test_restart_mid_job_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "env",
+    [
+        # The restarted process is a new owner: it resumes the job once the killed one's
+        # lease has expired (a short lease keeps the test short; the default is 30 s).
+        {"TUNEHUB_LEASE_SECS": "4"},
+        # A named replica takes its job back at start: with a 10-minute lease, only that
+        # lets the job finish within the wait below.
+        {"TUNEHUB_LEASE_SECS": "600", "TUNEHUB_REPLICA_ID": "api-1"},
+    ],
+    ids=["lease-expiry", "replica-id"],
+)
+def test_restart_mid_job_loses_and_duplicates_nothing(tmp_path: Path, env: dict[str, str]) -> None:
     shape = {"m": 64, "n": 72, "k": 80, "dtype": "float64"}
     trials = 10
-    server = LiveServer(tmp_path)
+    server = LiveServer(tmp_path, **env)
     server.start()
     try:
         with TunehubClient(server.url, api_key=server.key) as client:
@@ -105,7 +117,7 @@ def test_restart_mid_job_loses_and_duplicates_nothing(tmp_path: Path) -> None:
             )
         server.restart()  # SIGKILL mid-job, then start again on the same data dir
         with TunehubClient(server.url, api_key=server.key) as client:
-            done = client.wait(job_id, timeout_secs=400)
+            done = client.wait(job_id, timeout_secs=300)
             assert done["state"] == "succeeded", (done, server.logs())
             records = client.job_records(job_id)
             assert done["trials_done"] == trials

@@ -230,3 +230,38 @@ def test_hostile_strings_in_paths_and_queries_never_break_a_route(
         # (a "/" in a path segment names another path: no such route)
         expected = (422, 404) if where == "target_key" and "/" in value else (422,)
         assert response.status_code in expected, (where, value[:50], response.text[:300])
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    field=st.sampled_from(["target", "template", "workload.dtype", "workload.op", "extra-key"]),
+    value=HOSTILE,
+)
+def test_hostile_strings_in_a_batch_lookup_item_are_that_items_422(
+    api: tuple[Any, dict[str, str]], field: str, value: str
+) -> None:
+    client, key = api
+    item: dict[str, Any] = {"workload": {"m": 8, "n": 8, "k": 8}}
+    if field == "extra-key":
+        item[value] = 1
+    elif field.startswith("workload."):
+        item["workload"][field.split(".")[1]] = value
+    else:
+        item[field] = value
+    good = {"workload": {"m": 8, "n": 8, "k": 8}}
+    body = {"items": [good, item, good], "tune": True}
+    response = client.post(
+        "/api/v1/schedules/lookup",
+        content=_raw_json(body),
+        headers={**key, "content-type": "application/json"},
+    )
+    if response.status_code == 413:  # a 100,000-character key
+        return
+    assert response.status_code == 200, (field, value[:50], response.text[:300])
+    first, bad, last = response.json()["results"]
+    assert first["ok"] and last["ok"]
+    if field == "template" and not _nasty(value) and len(value) <= 64:
+        assert bad["status"] in (404, 422), bad  # a well-formed name no template has
+    else:
+        assert (bad["ok"], bad["status"]) == (False, 422), (field, value[:50], bad)

@@ -41,6 +41,7 @@ TABLES = {
     "workers",
     "api_keys",
     "models",
+    "autotune_results",
 }
 
 
@@ -59,7 +60,7 @@ def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'new.db'}"
     assert current_revision(url) is None
     upgrade(url)
-    assert current_revision(url) == head_revision() == "0006"
+    assert current_revision(url) == head_revision() == "0009"
     check_at_head(url)
     upgrade(url)  # at head already: nothing to do
     engine = make_engine(url)
@@ -271,6 +272,65 @@ def test_upgrade_from_0004_queues_old_jobs_by_creation_and_gives_them_no_key(
     engine.dispose()
 
 
+def test_upgrade_from_0006_gives_running_jobs_no_lease_so_the_reaper_requeues_them(
+    empty_url: str,
+) -> None:
+    upgrade(empty_url, revision="0006")
+    engine = make_engine(empty_url)
+    target = local_cpu_target()
+    workload = Workload(m=8, n=8, k=8)
+    now = "2026-11-23 00:00:00+00:00"
+    with engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO targets VALUES (:key, :family, 'cpu', :name, :data, :now)"),
+            {
+                "key": target.target_key,
+                "family": target.family_key,
+                "name": target.name,
+                "data": json.dumps(target.to_dict()),
+                "now": now,
+            },
+        )
+        conn.execute(
+            text(
+                "INSERT INTO workloads (workload_key, op, m, n, k, dtype, epilogue, created_at)"
+                " VALUES (:key, 'matmul', 8, 8, 8, 'float32', 'none', :now)"
+            ),
+            {"key": workload.key, "now": now},
+        )
+        for job_id, state, owner in ((1, "running", "old-host:42:1000"), (2, "queued", "")):
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, workload_key, target_key, template, strategy, budget,"
+                    " seed, state, trials_done, error, created_at, owner, queued_at)"
+                    " VALUES (:id, :w, :t, 'blis.gemm', 'random', :budget, 0, :state, 0, '',"
+                    " :now, :owner, :now)"
+                ),
+                {
+                    "id": job_id,
+                    "w": workload.key,
+                    "t": target.target_key,
+                    "budget": json.dumps({"max_trials": 4, "max_secs": 60.0}),
+                    "state": state,
+                    "owner": owner,
+                    "now": now,
+                },
+            )
+    upgrade(engine)
+    check_at_head(engine)
+    store = SqlScheduleStore(engine)
+    running = store.get_job(1)
+    assert (running.owner, running.lease_expires_at) == ("old-host:42:1000", None)
+    # Its process was judged by host:pid before; now no lease means expired.
+    assert store.requeue_expired() == [1]
+    assert store.get_job(1).state.value == "queued"
+    command.downgrade(alembic_config(empty_url), "0006")
+    with engine.connect() as conn:
+        columns = {c["name"] for c in inspect(conn).get_columns("jobs")}
+        assert "lease_expires_at" not in columns and "owner" in columns
+    engine.dispose()
+
+
 def test_a_database_from_a_newer_tunehub_names_both_revisions(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'newer.db'}"
     upgrade(url)
@@ -293,7 +353,7 @@ def test_the_comparison_sees_a_table_change(sql_url: str) -> None:
     changed = MetaData(naming_convention=Base.metadata.naming_convention)
     for table in Base.metadata.sorted_tables:
         table.to_metadata(changed)
-    changed.tables["jobs"].append_column(Column("priority", Integer, nullable=False))
+    changed.tables["jobs"].append_column(Column("not_a_column", Integer, nullable=False))
     differences = _differences(sql_url, changed)
     assert [d[0] for d in differences if isinstance(d, tuple)] == ["add_column"]
 
@@ -309,6 +369,9 @@ def test_the_migrations_ship_as_package_data() -> None:
         "0004_pipeline.py",
         "0005_models.py",
         "0006_api_keys.py",
+        "0007_job_leases.py",
+        "0008_job_priority.py",
+        "0009_autotune.py",
     ]
 
 

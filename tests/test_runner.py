@@ -3,15 +3,18 @@ replay measurer, and with real sandboxes for cancel and machine failures."""
 
 from __future__ import annotations
 
-import socket
+import threading
 import time
 from concurrent.futures import Future
+from datetime import timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import tests.faulty_template  # noqa: F401 - registers the test templates in this process
 from tests.test_local_measurer import PLUGIN_ENV, alive, flaky_python
 from tunehub.core import (
     Budget,
+    Job,
     JobSpec,
     JobState,
     MeasureRecord,
@@ -21,12 +24,13 @@ from tunehub.core import (
     Target,
     Workload,
     local_cpu_target,
+    utc_now,
 )
-from tunehub.core.owner import process_owner
-from tunehub.db import MemoryScheduleStore
+from tunehub.db import MemoryScheduleStore, ScheduleStore, SqlScheduleStore, StoreUnavailable
 from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.registry import get_template
 from tunehub.service.runner import JobRunner
+from tunehub.workers.base import resolve
 from tunehub.workers.local import LocalMeasurer
 from tunehub.workers.replay import ReplayMeasurer
 
@@ -60,8 +64,27 @@ class SlowReplay(ReplayMeasurer):
         return super().submit(request)
 
 
+class GatedReplay(ReplayMeasurer):
+    """Answers only once ``gate`` is set: a runner stalled mid-measurement (a long pause, a
+    partition), presumed dead by the others."""
+
+    def __init__(self, history: list[MeasureRecord], target: Target, gate: threading.Event):
+        super().__init__(history, target=target)
+        self.gate = gate
+
+    def submit(self, request: MeasureRequest) -> Future[MeasureResult]:
+        future: Future[MeasureResult] = Future()
+
+        def later() -> None:
+            self.gate.wait()
+            resolve(future, self.answer(request))
+
+        threading.Thread(target=later, daemon=True).start()
+        return future
+
+
 def submit(
-    store: MemoryScheduleStore, target: Target, trials: int = 4, template: str = "blis.gemm"
+    store: ScheduleStore, target: Target, trials: int = 4, template: str = "blis.gemm"
 ) -> int:
     store.put_target(target)
     spec = JobSpec(
@@ -82,7 +105,7 @@ def wait_for(predicate: object, timeout: float = 30) -> None:
     raise TimeoutError("condition not met in time")
 
 
-def wait_finished(store: MemoryScheduleStore, job_id: int, timeout: float = 30) -> JobState:
+def wait_finished(store: ScheduleStore, job_id: int, timeout: float = 30) -> JobState:
     wait_for(lambda: store.get_job(job_id).state.finished, timeout)
     return store.get_job(job_id).state
 
@@ -193,18 +216,17 @@ def test_stop_hands_the_job_back_and_a_new_runner_resumes_it() -> None:
     assert len(verdicts) == 12 == len({r.config.key for r in verdicts})
 
 
-def test_start_requeues_only_jobs_whose_process_is_gone() -> None:
+def test_start_requeues_only_jobs_whose_lease_expired() -> None:
     target = local_cpu_target()
     store = MemoryScheduleStore()
-    dead, alive_job, remote = (submit(store, target) for _ in range(3))
-    store.claim_job(owner=f"{socket.gethostname()}:999999999:1")  # no such pid
-    store.claim_job(owner=process_owner())  # this very process, e.g. a tunehub tune
-    store.claim_job(owner="some-other-host:1:1")
+    expired, held = (submit(store, target) for _ in range(2))
+    store.claim_job(owner="gone:1:x", lease_secs=0.001)  # its runner died: never renewed
+    store.claim_job(owner="elsewhere:2:y", lease_secs=60)  # on any host: its lease runs
+    time.sleep(0.01)
     runner = JobRunner(store, lambda: ReplayMeasurer([], target=target))
-    assert runner.requeue_orphans() == [dead]
-    assert store.get_job(dead).state is JobState.QUEUED
-    assert store.get_job(alive_job).state is JobState.RUNNING
-    assert store.get_job(remote).state is JobState.RUNNING
+    assert runner.requeue_expired() == [expired]
+    assert store.get_job(expired).state is JobState.QUEUED
+    assert store.get_job(held).state is JobState.RUNNING
 
 
 def test_a_repeat_job_on_a_fully_measured_space_succeeds() -> None:
@@ -415,3 +437,228 @@ def test_low_free_space_degrades_the_runner(tmp_path: Path) -> None:
     )
     (problem,) = runner.check_health()
     assert "MiB free, less than" in problem and "TUNEHUB_MIN_FREE_BYTES" in problem
+
+
+# --- leases: several runners on one database ------------------------------------------------
+def test_a_restarted_replica_takes_back_its_own_jobs_at_once() -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    history = replay_history(target)
+    mine, other_replica, unnamed = (submit(store, target) for _ in range(3))
+    store.claim_job(owner="api-1/host:10:dead", lease_secs=600)  # its process was killed
+    store.claim_job(owner="api-2/host:11:live", lease_secs=600)
+    store.claim_job(owner="host:12:live", lease_secs=600)
+    runner = JobRunner(
+        store, lambda: ReplayMeasurer(history, target=target), poll_secs=0.01, replica_id="api-1"
+    )
+    assert runner.owner.startswith("api-1/")
+    runner.start()
+    try:
+        assert wait_finished(store, mine) is JobState.SUCCEEDED  # no 600 s wait
+        assert store.get_job(mine).owner == runner.owner
+    finally:
+        runner.stop()
+    for job_id in (other_replica, unnamed):
+        assert store.get_job(job_id).state is JobState.RUNNING  # other replicas' stay theirs
+
+
+def test_a_runner_that_loses_its_lease_stops_the_job_at_once_and_writes_nothing() -> None:
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    job_id = submit(store, target, trials=1000)
+    runner = JobRunner(
+        store, lambda: SlowReplay(replay_history(target), target=target), poll_secs=0.01
+    )
+    (worker,) = runner.workers
+    runner.start()
+    try:
+        wait_for(lambda: store.get_job(job_id).trials_done >= 2, 20)
+        # Its lease ran out (a stall) and another replica took the job.
+        assert store.requeue_expired(now=utc_now() + timedelta(hours=1)) == [job_id]
+        assert store.claim_job(owner="other:1:x") is not None
+        taken = store.count_job_records(job_id)
+        wait_for(lambda: worker.current_job is None, 2.0)  # stopped within a poll or two
+        time.sleep(0.3)
+        job = store.get_job(job_id)
+        assert (job.state, job.owner) == (JobState.RUNNING, "other:1:x")  # left to the holder
+        assert store.count_job_records(job_id) == taken  # nothing written after the loss
+        assert store.claim_job() is None  # and it claimed nothing else
+    finally:
+        runner.stop()
+    assert store.get_job(job_id).state is JobState.RUNNING  # stop hands back nothing not its
+
+
+def test_a_stalled_runner_presumed_dead_comes_back_and_cannot_double_write() -> None:
+    """Runner A stalls mid-candidate and stops renewing; B's reaper requeues the job after the
+    lease, B claims it and finishes it; A's late result is refused by the fence."""
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    history = replay_history(target)
+    job_id = submit(store, target, trials=6)
+    gate = threading.Event()
+    a = JobRunner(store, lambda: GatedReplay(history, target, gate), poll_secs=0.01, lease_secs=0.6)
+    a.start()
+    try:
+        wait_for(lambda: store.get_job(job_id).owner == a.owner, 10)
+        a.leases.stop()  # stalled: no renewal from now on
+        b = JobRunner(
+            store, lambda: SlowReplay(history, target=target), poll_secs=0.01, lease_secs=0.6
+        )
+        b.start()
+        try:
+            assert wait_finished(store, job_id, 30) is JobState.SUCCEEDED
+            assert store.get_job(job_id).owner == b.owner
+        finally:
+            b.stop()
+        gate.set()  # A comes back with its result
+        wait_for(lambda: a.workers[0].current_job is None, 5)
+    finally:
+        a.stop()
+    job = store.get_job(job_id)
+    assert (job.state, job.owner) == (JobState.SUCCEEDED, b.owner)
+    records = store.job_records(job_id)
+    assert job.trials_done == 6 == len(records) == len({r.config.key for r in records})
+
+
+class IntervalStore(SqlScheduleStore):
+    """Logs when each owner held each job: from after its claim returned to before its hand
+    back, so a logged interval lies inside the true one and two logged intervals of one job
+    that overlap are two runners that truly ran it at once."""
+
+    def __init__(self, url: str, log: list[tuple[str, int, str, float]]) -> None:
+        super().__init__(url)
+        self.log = log
+
+    def claim_job(self, **kwargs: object) -> Job | None:
+        job = super().claim_job(**kwargs)  # type: ignore[arg-type]
+        if job is not None:
+            self.log.append(("start", job.id, job.owner, time.monotonic()))
+        return job
+
+    def set_job_state(self, job_id: int, state: JobState, **kwargs: object) -> Job:
+        at = time.monotonic()
+        owner = kwargs.get("owner")
+        job = super().set_job_state(job_id, state, **kwargs)  # type: ignore[arg-type]
+        if isinstance(owner, str) and job.state is state and state is not JobState.RUNNING:
+            self.log.append(("end", job_id, owner, at))
+        return job
+
+
+def test_two_runners_racing_for_jobs_never_run_one_at_once(sql_url: str) -> None:
+    """Two runners (each its own store, as two replicas) share six jobs on one database; a
+    short time slice hands jobs back and forth between them many times."""
+    target = local_cpu_target()
+    history = replay_history(target)
+    log: list[tuple[str, int, str, float]] = []
+    stores = [IntervalStore(sql_url, log) for _ in range(2)]
+    job_ids = [submit(stores[0], target, trials=10) for _ in range(6)]
+    runners = [
+        JobRunner(
+            store,
+            lambda: SlowReplay(history, target=target),
+            poll_secs=0.01,
+            slice_secs=0.15,
+            lease_secs=5,
+        )
+        for store in stores
+    ]
+    for runner in runners:
+        runner.start()
+    try:
+        for job_id in job_ids:
+            assert wait_finished(stores[0], job_id, 120) is JobState.SUCCEEDED
+    finally:
+        for runner in runners:
+            runner.stop()
+    owners = {r.owner for r in runners}
+    held: dict[int, list[tuple[float, float, str]]] = {}
+    open_: dict[tuple[int, str], float] = {}
+    for kind, job_id, owner, at in sorted(log, key=lambda e: e[3]):
+        if kind == "start":
+            open_[(job_id, owner)] = at
+        else:
+            held.setdefault(job_id, []).append((open_.pop((job_id, owner)), at, owner))
+    assert not open_
+    assert {owner for runs in held.values() for *_, owner in runs} == owners  # both worked
+    assert sum(len(runs) for runs in held.values()) > len(job_ids)  # jobs changed hands
+    for job_id, runs in held.items():
+        runs.sort()
+        for (_, end, one), (start, _, other) in pairwise(runs):
+            assert end <= start, f"job {job_id} ran on {one} and {other} at once"
+    store = stores[0]
+    for job_id in job_ids:
+        records = store.job_records(job_id)
+        verdicts = [r for r in records if r.verdict]
+        assert len(verdicts) == 10 == len({r.config.key for r in verdicts})  # each config once
+    ok = [r for job_id in job_ids for r in store.job_records(job_id) if r.median_secs]
+    schedule = store.get_schedule(workload_key=WORKLOAD.key, target_key=target.target_key)
+    assert schedule is not None
+    assert schedule.median_secs == min(r.median_secs or 0 for r in ok)
+    for s in stores:
+        s.close()
+
+
+class FlakyStore(MemoryScheduleStore):
+    """The in-memory store, unreachable for a job's writes while ``away`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.away = threading.Event()
+
+    def commit_records(self, records, **kwargs):  # type: ignore[no-untyped-def]
+        if self.away.is_set():
+            raise StoreUnavailable("the database is unreachable: connection refused")
+        return super().commit_records(records, **kwargs)
+
+    def set_job_state(self, job_id, state, **kwargs):  # type: ignore[no-untyped-def]
+        if self.away.is_set():
+            raise StoreUnavailable("the database is unreachable: connection refused")
+        return super().set_job_state(job_id, state, **kwargs)
+
+
+def test_results_wait_in_order_while_the_store_is_away() -> None:
+    target = local_cpu_target()
+    store = FlakyStore()
+    job_id = submit(store, target, trials=30)
+    runner = JobRunner(
+        store, lambda: SlowReplay(replay_history(target), target=target), poll_secs=0.01
+    )
+    runner.start()
+    try:
+        wait_for(lambda: store.get_job(job_id).trials_done >= 3, 20)
+        store.away.set()
+        time.sleep(0.5)
+        waiting = store.get_job(job_id).trials_done
+        assert waiting < 30 and store.get_job(job_id).state is JobState.RUNNING
+        store.away.clear()
+        assert wait_finished(store, job_id) is JobState.SUCCEEDED
+    finally:
+        runner.stop()
+    records = store.job_records(job_id)
+    assert store.get_job(job_id).trials_done == 30 == len({r.config.key for r in records})
+    assert [r.created_at for r in records] == sorted(r.created_at for r in records)
+
+
+def test_a_store_away_too_long_fails_the_job_once_it_is_back() -> None:
+    target = local_cpu_target()
+    store = FlakyStore()
+    job_id = submit(store, target, trials=1000)
+    runner = JobRunner(
+        store,
+        lambda: SlowReplay(replay_history(target), target=target),
+        poll_secs=0.01,
+        db_outage_secs=0.3,
+    )
+    runner.start()
+    try:
+        wait_for(lambda: store.get_job(job_id).trials_done >= 3, 20)
+        store.away.set()
+        time.sleep(1.5)
+        assert store.get_job(job_id).state is JobState.RUNNING  # its end waits for the store
+        store.away.clear()
+        assert wait_finished(store, job_id) is JobState.FAILED
+    finally:
+        runner.stop()
+    job = store.get_job(job_id)
+    assert "unreachable for" in job.error and "TUNEHUB_DB_OUTAGE_SECS" in job.error
+    assert job.trials_done == len(store.job_records(job_id)) < 1000

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import threading
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -24,8 +25,9 @@ from tunehub.core import (
     Target,
     Worker,
     Workload,
+    utc_now,
 )
-from tunehub.db import JobNotFound, ScheduleStore, SqlScheduleStore
+from tunehub.db import JobNotFound, LeaseLost, ScheduleStore, SqlScheduleStore
 
 CPU = Target(
     kind="cpu",
@@ -270,9 +272,185 @@ def test_claims_and_claimed_jobs_record_their_owner(store: ScheduleStore) -> Non
     assert store.get_job(own.id).owner == "cli:7:9"
     assert store.get_job(ids[1]).owner == ""  # queued: nobody's yet
     requeued = store.set_job_state(ids[0], JobState.QUEUED)
-    assert (requeued.owner, requeued.started_at) == ("", None)
+    assert (requeued.owner, requeued.started_at, requeued.lease_expires_at) == ("", None, None)
     done = store.set_job_state(own.id, JobState.SUCCEEDED)
-    assert done.owner == ""
+    # The last holder stays named (it may store what was in flight); the lease is over.
+    assert (done.owner, done.lease_expires_at) == ("cli:7:9", None)
+
+
+# --- leases ----------------------------------------------------------------------------------
+def test_claims_take_a_lease_that_renewal_extends(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    before = utc_now()
+    claimed = store.claim_job(owner="a:1:x", lease_secs=30)
+    assert claimed is not None and claimed.lease_expires_at is not None
+    assert before + timedelta(seconds=29) < claimed.lease_expires_at
+    assert claimed.lease_expires_at <= utc_now() + timedelta(seconds=30)
+    assert claimed.lease_expires_at.utcoffset() == timedelta(0)
+    assert store.renew_leases("a:1:x", [job_id], lease_secs=300) == {job_id}
+    renewed = store.get_job(job_id).lease_expires_at
+    assert renewed is not None and renewed > utc_now() + timedelta(seconds=290)
+    assert store.renew_leases("a:1:x", []) == set()
+    store.put_target(CPU)
+    cli = store.create_job(JobSpec(SQUARE, CPU.target_key), claimed=True, owner="b:2:y",
+                           lease_secs=5)  # fmt: skip
+    assert cli.lease_expires_at is not None and cli.lease_expires_at < renewed
+    with pytest.raises(ValueError, match="lease_secs"):
+        store.claim_job(owner="a:1:x", lease_secs=0)
+
+
+def test_a_renewal_by_anyone_but_the_holder_renews_nothing(store: ScheduleStore) -> None:
+    held, queued, done, ghost = new_job(store), new_job(store), new_job(store), 999_999
+    store.claim_job(owner="a:1:x")
+    store.set_job_state(done, JobState.RUNNING)
+    store.set_job_state(done, JobState.SUCCEEDED)
+    lease = store.get_job(held).lease_expires_at
+    assert store.renew_leases("b:2:y", [held]) == set()  # another owner's job
+    assert store.get_job(held).lease_expires_at == lease
+    assert store.renew_leases("a:1:x", [held, queued, done, ghost]) == {held}
+
+
+def test_expired_leases_are_requeued_and_claimed_by_another_owner(
+    store: ScheduleStore,
+) -> None:
+    stale, fresh = new_job(store), new_job(store)
+    store.claim_job(owner="dead:1:x", lease_secs=30)
+    store.claim_job(owner="live:2:y", lease_secs=30)
+    assert store.requeue_expired() == []  # both leases run
+    later = utc_now() + timedelta(seconds=60)
+    store.renew_leases("live:2:y", [fresh], lease_secs=120)
+    assert store.requeue_expired(now=later) == [stale]
+    job = store.get_job(stale)
+    assert (job.state, job.owner, job.lease_expires_at, job.started_at) == (
+        JobState.QUEUED, "", None, None
+    )  # fmt: skip
+    assert store.get_job(fresh).state is JobState.RUNNING
+    taken = store.claim_job(owner="next:3:z")
+    assert taken is not None and taken.id == stale and taken.owner == "next:3:z"
+    # The dead owner, back, renews nothing: it lost the job.
+    assert store.renew_leases("dead:1:x", [stale]) == set()
+
+
+def test_a_lease_that_expired_but_was_not_requeued_is_renewed(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    store.claim_job(owner="slow:1:x", lease_secs=0.001)
+    time.sleep(0.01)
+    assert store.renew_leases("slow:1:x", [job_id], lease_secs=30) == {job_id}
+    assert store.requeue_expired() == []
+
+
+def test_fenced_commits_of_a_lost_job_store_nothing(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    store.claim_job(owner="a:1:x")
+    assert store.commit_records([record(2e-3, job_id=job_id)], owner="a:1:x") == 1
+    store.requeue_expired(now=utc_now() + timedelta(hours=1))
+    store.claim_job(owner="b:2:y")
+    late = record(1e-3, job_id=job_id, config={"MR": 4, "NR": 8})
+    with pytest.raises(LeaseLost, match="b:2:y") as lost:
+        store.commit_records([late], tuning_secs={job_id: 5.0}, owner="a:1:x")
+    assert (lost.value.job_id, lost.value.owner, lost.value.holder) == (job_id, "a:1:x", "b:2:y")
+    job = store.get_job(job_id)
+    assert (job.trials_done, job.tuning_secs) == (1, 0.0)
+    assert [r.median_secs for r in store.job_records(job_id)] == [2e-3]  # nothing of a's late
+    schedule = store.get_schedule(workload_key=SQUARE.key, target_key=CPU.target_key)
+    assert schedule is not None and schedule.median_secs == 2e-3
+    assert store.commit_records([late], owner="b:2:y") == 1  # the holder's write goes in
+    # Without an owner (tools, imports) nothing is fenced.
+    assert store.commit_records([record(3e-3, job_id=job_id, config={"MR": 2})]) == 1
+
+
+def test_a_queued_job_refuses_fenced_commits_and_a_cancelled_one_takes_its_holders(
+    store: ScheduleStore,
+) -> None:
+    job_id = new_job(store)
+    with pytest.raises(LeaseLost, match="back to the queue"):
+        store.commit_records([record(2e-3, job_id=job_id)], owner="a:1:x")
+    store.claim_job(owner="a:1:x")
+    store.set_job_state(job_id, JobState.CANCELLED, error="cancelled by request")
+    cut = record(None, job_id=job_id, status=MeasureStatus.CANCELLED)
+    assert store.commit_records([cut], owner="a:1:x") == 1  # what was in flight is stored
+    with pytest.raises(LeaseLost):
+        store.commit_records([record(1e-3, job_id=job_id)], owner="b:2:y")
+
+
+def test_fenced_state_moves_happen_only_for_the_holder(store: ScheduleStore) -> None:
+    job_id = new_job(store)
+    store.claim_job(owner="a:1:x")
+    store.requeue_expired(now=utc_now() + timedelta(hours=1))
+    store.claim_job(owner="b:2:y")
+    same = store.set_job_state(job_id, JobState.FAILED, error="late", owner="a:1:x")
+    assert (same.state, same.owner, same.error) == (JobState.RUNNING, "b:2:y", "")
+    back = store.set_job_state(job_id, JobState.QUEUED, owner="a:1:x")
+    assert back.state is JobState.RUNNING  # a's hand-back does not free b's job
+    done = store.set_job_state(job_id, JobState.SUCCEEDED, owner="b:2:y")
+    assert (done.state, done.owner) == (JobState.SUCCEEDED, "b:2:y")
+
+
+def _lease_race(url: str, name: str, start: Any, out: Any) -> None:
+    """Claim, then commit one record per claimed job (fenced); report what went in."""
+    store = SqlScheduleStore(url)
+    start.wait()
+    stored = []
+    while (job := store.claim_job(owner=name, lease_secs=60)) is not None:
+        rec = record(1e-3, job_id=job.id, config={"by": name, "job": job.id})
+        if store.commit_records([rec], owner=name) == 1:
+            stored.append(job.id)
+        store.set_job_state(job.id, JobState.SUCCEEDED, owner=name)
+    store.close()
+    out.put(stored)
+
+
+def test_racing_owners_in_several_processes_hold_and_write_each_job_once(
+    sql_url: str,
+) -> None:
+    store = SqlScheduleStore(sql_url)
+    ids = [new_job(store, seed=i) for i in range(24)]
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Barrier(3), ctx.Queue()
+    procs = [
+        ctx.Process(target=_lease_race, args=(sql_url, f"p{i}:1:x", start, out)) for i in range(3)
+    ]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert sorted(job_id for r in results for job_id in r) == ids
+    for job_id in ids:
+        (only,) = store.job_records(job_id)
+        assert store.get_job(job_id).owner == only.config["by"]
+    store.close()
+
+
+def test_a_requeue_waits_for_a_fenced_commit_in_flight(sql_url: str) -> None:
+    """The fence and the write are one transaction: a reaper running meanwhile either comes
+    first (the commit is refused) or after (the records are in); never records of a job that
+    another owner already holds."""
+    store = SqlScheduleStore(sql_url)
+    job_ids = [new_job(store, seed=i) for i in range(20)]
+    for _ in job_ids:
+        store.claim_job(owner="a:1:x", lease_secs=30)
+    future = utc_now() + timedelta(hours=1)
+    outcomes: dict[int, str] = {}
+
+    def commit_all() -> None:
+        for job_id in job_ids:
+            try:
+                store.commit_records([record(1e-3, job_id=job_id)], owner="a:1:x")
+                outcomes[job_id] = "stored"
+            except LeaseLost:
+                outcomes[job_id] = "refused"
+
+    writer = threading.Thread(target=commit_all)
+    writer.start()
+    requeued = store.requeue_expired(now=future)
+    writer.join(60)
+    assert sorted(requeued) == job_ids
+    for job_id in job_ids:
+        stored = store.count_job_records(job_id)
+        assert stored == (1 if outcomes[job_id] == "stored" else 0)
+    store.close()
 
 
 def test_set_job_state_only_from_is_a_conditional_move(store: ScheduleStore) -> None:

@@ -180,6 +180,11 @@ def test_gemm_matches_reference(
         # none is a multiple of the block, so edge tiles are still partial.
         m, n, k = 48, 80, 112
         cfg = config(variant, bm=64, bn=32, bk=32)
+    elif variant == "splitk":
+        # 5 K tiles over 3 splits (2, 2, 1), the last one ragged (fp8: 3 over 2, 32-wide).
+        m, n, k = 37, 45, 70
+        bk = 32 if dtype == "float8_e4m3fn" else 16
+        cfg = config(variant, bm=16, bn=32, bk=bk, SPLIT_K=2 if bk == 32 else 3)
     else:
         # Odd sizes: partial tiles in M, N and K, and no % 16 specialisation.
         m, n, k = 37, 45, 70
@@ -225,6 +230,65 @@ def test_split_k(k: int, split_k: int) -> None:
     for epilogue in ("none", "bias_gelu"):
         cfg = config("tiled", bm=16, bn=16, bk=16, SPLIT_K=split_k)
         assert_close(run(21, 35, k, cfg, "float32", epilogue, ("col", "row")), "float32")
+
+
+@pytest.mark.parametrize(
+    ("k", "split_k", "dtype"),
+    [
+        pytest.param(200, 4, "float16", id="uneven-splits-fp16"),  # 13 K tiles: 4, 4, 4, 1
+        pytest.param(70, 3, "bfloat16", id="ragged-K-bf16"),
+        # 3 K tiles over 5 splits: two programs find no work, yet must count in.
+        pytest.param(40, 5, "float16", id="empty-splits"),
+        pytest.param(250, 2, "float32", id="two-splits-fp32"),
+    ],
+)
+def test_one_kernel_split_k(k: int, split_k: int, dtype: str) -> None:
+    for epilogue in ("none", "bias_gelu"):
+        cfg = config("splitk", bm=16, bn=16, bk=16, SPLIT_K=split_k)
+        assert_close(run(21, 35, k, cfg, dtype, epilogue, ("col", "row")), dtype)
+
+
+def test_one_kernel_split_k_launches_once_and_leaves_its_counters_at_zero() -> None:
+    gen = torch.Generator().manual_seed(5)
+    a = operand(40, 150, "row", "float16", gen)
+    b = operand(150, 50, "col", "float16", gen)
+    bias = torch.randn(50, generator=gen).half()
+    cfg = config("splitk", bm=16, bn=32, bk=16, SPLIT_K=4)
+    outs = []
+    for _ in range(3):
+        out = torch.full((40, 50), float("nan"), dtype=torch.float16)
+        bound = tg.bind(a, b, bias, out, epilogue="bias_relu", config=cfg)
+        assert len(bound.launches) == 1  # no reduce kernel, no memset
+        bound()
+        assert bound.counts is not None and not bool(bound.counts.any())
+        outs.append(out)
+    # The sum runs in slot order whichever program reduces: the same bits every call.
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])
+    assert_close(tg.relative_error(outs[0], tg.reference(a, b, bias, "bias_relu")), "float16")
+    # Later calls of the shape (and smaller ones) reuse the cached buffers.
+    again = tg.bind(a, b, bias, torch.empty(40, 50, dtype=torch.float16), epilogue="bias_relu",
+                    config=cfg)  # fmt: skip
+    assert again.workspace is bound.workspace and again.counts is bound.counts
+    # A larger problem grows them; the outgrown ones stay allocated (a captured CUDA graph may
+    # still launch on them), and the new counters start at zero.
+    big_a, big_b = (
+        operand(200, 150, "row", "float16", gen),
+        operand(150, 300, "col", "float16", gen),
+    )
+    big = tg.bind(big_a, big_b, None, torch.empty(200, 300, dtype=torch.float16), config=cfg)
+    assert big.workspace is not None and big.counts is not None
+    assert big.workspace.numel() >= tg.workspace_bytes(200, 300, cfg) // 4
+    assert not bool(big.counts.any())
+    assert any(w is bound.workspace for w, _ in tg._SPLITK_OUTGROWN)
+    # A given workspace is used, and must be big enough: 3 x 2 tiles x 4 slots of 16 x 32.
+    need = tg.workspace_bytes(40, 50, cfg) // 4
+    assert need == 3 * 2 * 4 * 16 * 32
+    workspace = torch.full((need,), float("nan"))
+    out = torch.empty(40, 50, dtype=torch.float16)
+    tg.gemm(a, b, bias, out, epilogue="bias_relu", config=cfg, workspace=workspace)
+    assert torch.equal(out, outs[0]) and not bool(torch.isnan(workspace).any())
+    with pytest.raises(ValueError, match="workspace must hold"):
+        tg.bind(a, b, bias, out, epilogue="bias_relu", config=cfg, workspace=workspace[:-1])
 
 
 def test_split_k_is_deterministic_and_uses_the_given_workspace() -> None:
@@ -331,7 +395,8 @@ def test_bind_rejects_what_the_kernels_cannot_take() -> None:
         ("unknown epilogue", {"epilogue": "silu", "bias": bias}),
         ("row-major contiguous", {"out": torch.empty(4, 8, dtype=torch.float16).t()}),
         ("neither row- nor column-major", {"a": torch.randn(8, 32, dtype=torch.float16)[:, ::2]}),
-        ("only tiled splits K", {"config": config("persistent", SPLIT_K=2)}),
+        ("only tiled, splitk splits K", {"config": config("persistent", SPLIT_K=2)}),
+        ("'splitk' needs SPLIT_K >= 2", {"config": config("splitk", SPLIT_K=1)}),
         ("config lacks GROUP_M", {"config": {k: v for k, v in cfg.items() if k != "GROUP_M"}}),
         ("unsupported dtype", {"a": a.double(), "b": b.double()}),
         ("TMA needs", {"config": config("tma", bm=16, bn=16, bk=16), "a": a[:, :15].contiguous()}),
@@ -382,7 +447,7 @@ def test_precompile_needs_the_compiler() -> None:
 
 
 def test_variant_problem() -> None:
-    assert tg.variants() == ("tiled", "persistent", "tma", "ws")
+    assert tg.variants() == ("tiled", "persistent", "tma", "ws", "splitk")
     assert all(tg.variant_problem(v, 90) is None for v in tg.variants())
     assert all(tg.variant_problem(v, None, interpreter=True) is None for v in tg.variants())
     assert "sm_90" in (tg.variant_problem("tma", 80) or "")
@@ -427,6 +492,8 @@ def test_config_problem() -> None:
         ({**ok, "BLOCK_K": 16}, "float8_e4m3fn", "MMA's K of 32"),
         ({**ok, "BLOCK_M": 48}, "float16", "power of two"),
         ({**ok, "variant": "persistent", "SPLIT_K": 4}, "float16", "only tiled"),
+        ({**ok, "variant": "splitk"}, "float16", "SPLIT_K >= 2"),
+        ({**ok, "variant": "splitk", "SPLIT_K": 2, "FLATTEN": False}, "float16", "persistent"),
         ({**ok, "variant": "tma", "num_warps": 2}, "float16", "use 4 or 8"),
         ({**ok, "variant": "ws", "num_warps": 8}, "float16", "num_warps=4"),
         ({**ok, "variant": "ws", "FLATTEN": True}, "float16", "FLATTEN off"),
@@ -463,11 +530,10 @@ PRECOMPILE_SCRIPT = textwrap.dedent(
     from tunehub.kernels import triton_gemm_kernels as tg
 
     assert not tg._interpreting()
-    cfg = dict(variant="tiled", BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4,
-               num_stages=3, SPLIT_K=2)
-    m, n, k = 1, 100, 96
+    cfg = json.loads(sys.argv[1])
+    m, n, k = json.loads(sys.argv[2])
     kwargs = dict(config=cfg, dtype="float16", epilogue="bias", allow_tf32=False, m=m, n=n, k=k,
-                  a_layout="col", b_layout="row", capability=90)
+                  a_layout="col", b_layout="row", capability=90, num_sms=132)
     first = tg.precompile(**kwargs)
     second = tg.precompile(**kwargs)
     # The cache keys a launch on real tensors computes (JITFunction.run -> compile); bind
@@ -475,7 +541,8 @@ PRECOMPILE_SCRIPT = textwrap.dedent(
     a = torch.randn(k, m).t().half()
     b = torch.randn(k, n).half()
     bias = torch.randn(n).half()
-    bound = tg.bind(a, b, bias, torch.empty(m, n, dtype=torch.half), epilogue="bias", config=cfg)
+    bound = tg.bind(a, b, bias, torch.empty(m, n, dtype=torch.half), epilogue="bias", config=cfg,
+                    num_sms=132)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
     launch_keys = []
@@ -493,12 +560,16 @@ PRECOMPILE_SCRIPT = textwrap.dedent(
 )
 
 
-def test_precompile_fills_the_cache_with_what_the_launch_asks_for(tmp_path: Path) -> None:
+def _precompile_in_a_process(
+    tmp_path: Path, config: dict[str, Any], shape: tuple[int, int, int]
+) -> dict[str, Any]:
+    import json
+
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, "-c", PRECOMPILE_SCRIPT],
+        [sys.executable, "-c", PRECOMPILE_SCRIPT, json.dumps(config), json.dumps(shape)],
         env=env,
         capture_output=True,
         text=True,
@@ -508,9 +579,14 @@ def test_precompile_fills_the_cache_with_what_the_launch_asks_for(tmp_path: Path
     if proc.returncode and "ptxas" in proc.stderr:
         pytest.skip(f"Triton's CUDA toolchain cannot run here: {proc.stderr[-300:]}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+
+def test_precompile_fills_the_cache_with_what_the_launch_asks_for(tmp_path: Path) -> None:
+    config = dict(variant="tiled", BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4,
+                  num_stages=3, SPLIT_K=2)  # fmt: skip
+    result = _precompile_in_a_process(tmp_path, config, (1, 100, 96))
     # GEMM and split-K reduce: compiled once, then found in the cache.
     assert [hit for hit, _, _ in result["first"]] == [False, False]
     assert [hit for hit, _ in result["second"]] == [True, True]
@@ -518,4 +594,25 @@ def test_precompile_fills_the_cache_with_what_the_launch_asks_for(tmp_path: Path
     # The estimate bounds what the compiler allocated: a ring of 64x32 and 32x64 fp16 tiles.
     assert 0 < result["first"][0][1] <= 3 * (64 * 32 + 32 * 64) * 2
     # The launch on real tensors looks up exactly the entries precompile wrote.
+    assert result["launch_keys"] == [key for _, _, key in result["first"]]
+
+
+def test_precompile_takes_host_side_tma_descriptors(tmp_path: Path) -> None:
+    # The tma kernel gets its descriptors as arguments: precompile builds them around a
+    # stand-in tensor, and the launch's specialisation must match it.
+    config = dict(variant="tma", BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4,
+                  num_stages=3, SPLIT_K=1, FLATTEN=True)  # fmt: skip
+    result = _precompile_in_a_process(tmp_path, config, (64, 96, 96))
+    assert [hit for hit, _, _ in result["first"]] == [False]
+    assert [hit for hit, _ in result["second"]] == [True]
+    assert result["launch_keys"] == [key for _, _, key in result["first"]]
+
+
+def test_precompile_of_the_one_kernel_split_k(tmp_path: Path) -> None:
+    config = dict(variant="splitk", BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4,
+                  num_stages=3, SPLIT_K=3)  # fmt: skip
+    result = _precompile_in_a_process(tmp_path, config, (100, 96, 224))
+    # One kernel (no reduce), its workspace and counters specialised as the launch's.
+    assert [hit for hit, _, _ in result["first"]] == [False]
+    assert [hit for hit, _ in result["second"]] == [True]
     assert result["launch_keys"] == [key for _, _, key in result["first"]]

@@ -74,13 +74,20 @@ def test_space_follows_the_device_and_the_workload() -> None:
     assert {c["BLOCK_M"] for c in skinny.points} == {16}  # no tile taller than the problem
     odd_k = TEMPLATE.space(Workload(m=1000, n=3000, k=777, dtype="float16"), H100)
     # TMA needs 16-byte rows: only with K padded to 784 (copies of A and B, every call).
-    assert {c["variant"] for c in odd_k.points if not c["PAD_K"]} == {"tiled", "persistent"}
+    assert {c["variant"] for c in odd_k.points if not c["PAD_K"]} == {
+        "tiled",
+        "persistent",
+        "splitk",
+    }
     assert "tma" in {c["variant"] for c in odd_k.points if c["PAD_K"]}
     assert "PAD_K" not in h100.names  # no knob where padding changes nothing
     long_k = TEMPLATE.space(Workload(m=256, n=256, k=65536, dtype="float16"), H100)
     assert max(c["SPLIT_K"] for c in long_k.points) > 1
     assert all(c["SPLIT_K"] == 1 for c in h100.points)  # 4096^2 fills the GPU already
-    assert all(c["variant"] == "tiled" for c in long_k.points if c["SPLIT_K"] > 1)
+    assert {c["variant"] for c in long_k.points if c["SPLIT_K"] > 1} == {"tiled", "splitk"}
+    # The one-kernel split-K exists only split: with SPLIT_K=1 it would be 'tiled'.
+    assert all(c["SPLIT_K"] > 1 for c in long_k.points if c["variant"] == "splitk")
+    assert "splitk" not in {c["variant"] for c in h100.points}
     for config in h100.points[:: max(1, len(h100) // 50)]:
         assert TEMPLATE.invalid_reason(big, H100, config) is None
 
@@ -107,7 +114,7 @@ def test_defaults_and_seeds_fit_the_shape() -> None:
         (4096, 4096, 4096): "tma",
         (16, 4096, 4096): "tiled",
         (1000, 3000, 777): "persistent",
-        (256, 256, 65536): "tiled",
+        (256, 256, 65536): "splitk",  # one-kernel split-K: faster on the H100
     }
     for (m, n, k), variant in cases.items():
         w = Workload(m=m, n=n, k=k, dtype="float16")
@@ -122,6 +129,9 @@ def test_defaults_and_seeds_fit_the_shape() -> None:
         > 1
     )
     assert "FLATTEN" not in kernel_config(Config({"variant": "tiled", "FLATTEN": False}))
+    assert "FLATTEN" not in kernel_config(Config({"variant": "splitk", "FLATTEN": False}))
+    long_k = TEMPLATE.seed_configs(Workload(m=256, n=256, k=65536, dtype="float16"), H100)
+    assert any(s["variant"] == "splitk" for s in long_k)
 
 
 @pytest.mark.parametrize(
@@ -185,6 +195,7 @@ def test_every_variant_is_checked_and_timed_through_the_sandboxes(
     requests = [
         request(workload, small_config("tiled")),
         request(workload, small_config("tiled", SPLIT_K=2)),
+        request(workload, small_config("splitk", SPLIT_K=2)),  # 5 K tiles: 3 + 2
         request(workload, small_config("persistent")),
         request(workload, small_config("tma")),
         request(workload, small_config("ws", BLOCK_M=64, num_stages=3)),
@@ -259,3 +270,36 @@ def test_build_compiles_for_the_gpu_on_a_machine_without_one(tmp_path: Path) -> 
     assert environment["registers"] > 0 and environment["shared_bytes"] > 0
     assert cached is True and same is True  # the second build is a cache hit
     assert any((tmp_path / "triton").rglob("*.cubin"))
+
+
+def test_the_split_k_benchmark_plans_few_kernels_and_runs_under_the_interpreter(
+    tmp_path: Path,
+) -> None:
+    # The GPU step (`gpu_run.sh splitk`) must stay within its minutes: a fixed, small plan.
+    script = str(REPO / "benchmarks" / "gpu_splitk.py")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("TRITON_INTERPRET", None)
+    plan = subprocess.run(
+        [sys.executable, script, "--dry-run"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert plan.count("cuBLAS  cuBLAS") == 4
+    assert plan.count("one-kernel split-K  splitk") == plan.count("two-kernel split-K  tiled")
+    assert int(plan.rsplit("# ", 1)[1].split()[0]) <= 70
+    # Its whole path (bind, check, repeat check, timing, table, JSON) on the CPU.
+    out = tmp_path / "splitk.json"
+    subprocess.run(
+        [sys.executable, script, "--interpret", "--shape", "32x48x640", "--rounds", "1",
+         "--min-secs", "0", "--out", str(out)],
+        env=env, capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert report["failures"] == []
+    contenders = report["cases"][0]["contenders"]
+    roles = {c["role"] for c in contenders if c["ok"] and c["tflops"]}
+    assert roles == {"one-kernel split-K", "two-kernel split-K", "non-split", "cuBLAS"}
+    for c in contenders:
+        if c["role"] == "one-kernel split-K":
+            assert c["launches"] == 1 and c["repeatable"] and c["counters_zero"]
+        elif c["role"] == "two-kernel split-K":
+            assert c["launches"] == 2
+    assert report["summary"][0]["best"]["one-kernel split-K"].startswith("splitk ")

@@ -200,7 +200,27 @@ def main(verbose: int) -> None:
 @click.option("--host", default=None, help="Interface to bind (default 127.0.0.1).")
 @click.option("--port", default=None, type=click.IntRange(0, 65535), help="Port (default 8000).")
 @click.option("--no-runner", is_flag=True, help="Serve the API only; run no tuning jobs here.")
-def serve(host: str | None, port: int | None, no_runner: bool) -> None:
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS",
+    help="Measure through the Ray cluster at ADDRESS (its head's host:port; `local` starts "
+    "Ray here). Default: $TUNEHUB_RAY_ADDRESS, else this machine's devices without Ray.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Worker processes (default 1, or TUNEHUB_WORKERS); one of them runs the jobs.",
+)
+def serve(
+    host: str | None,
+    port: int | None,
+    no_runner: bool,
+    ray_address: str | None,
+    workers: int | None,
+) -> None:
     """Start the API, the dashboard and the job runner.
 
     First it checks what it needs and says what to do when something is wrong: the data dir
@@ -216,6 +236,10 @@ def serve(host: str | None, port: int | None, no_runner: bool) -> None:
 
     settings = _settings()
     _home(settings)
+    if ray_address is not None:
+        settings.ray_address = ray_address
+    if settings.ray_address and not no_runner:
+        _ray_or_fail()
     if no_runner:
         settings.run_jobs = False
     else:
@@ -245,14 +269,173 @@ def serve(host: str | None, port: int | None, no_runner: bool) -> None:
             "`tunehub keys create --scope write`",
             err=True,
         )
+    if workers is not None:
+        settings.workers = workers
+    if settings.workers == 1:
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_level="info",
+            timeout_keep_alive=5,
+            limit_concurrency=settings.max_connections,
+        )
+        return
+    # Each worker process builds its app from the environment (serve_app): hand it what the
+    # options changed. One of them takes the runner's lock and runs jobs and the trainer.
+    os.environ.update(
+        TUNEHUB_RUN_JOBS=str(settings.run_jobs).lower(),
+        TUNEHUB_WORKERS=str(settings.workers),
+        TUNEHUB_ALLOWED_HOSTS=",".join(settings.allowed_hosts),
+        TUNEHUB_HOME=str(settings.home),
+        TUNEHUB_RAY_ADDRESS=settings.ray_address or "",
+    )
     uvicorn.run(
-        create_app(settings),
+        "tunehub.service.app:serve_app",
+        factory=True,
+        workers=settings.workers,
         host=host,
         port=port,
         log_level="info",
         timeout_keep_alive=5,
         limit_concurrency=settings.max_connections,
     )
+
+
+def _ray_or_fail() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        _fail("Ray is not installed: pip install 'tunehub[cluster]'")
+
+
+def _parse_gpus(text: str) -> list[int]:
+    """``all`` (every GPU this host has), ``none``, or indices such as ``0,1``."""
+    from tunehub.workers.gpus import visible_gpus
+
+    value = text.strip().lower()
+    if value == "all":
+        return visible_gpus()
+    if value in ("none", ""):
+        return []
+    parts = [p.strip() for p in value.split(",")]
+    if not all(p.isdigit() for p in parts):
+        _fail(f"--gpus: expected all, none or indices like 0,1; got {text!r}")
+    wanted = sorted({int(p) for p in parts})
+    have = visible_gpus()
+    missing = [i for i in wanted if i not in have]
+    if missing:
+        _fail(f"--gpus: this machine has no GPU {missing[0]} (it has: {have or 'none'})")
+    return wanted
+
+
+def _check_claim(claim: str, devices: list[str]) -> None:
+    """Refuse to join when a device's fingerprint is not the target this worker must be."""
+    from tunehub.core import local_cpu_target
+    from tunehub.workers.local import LocalMeasurer
+    from tunehub.workers.ray_measurer import fingerprint_difference
+
+    for device in devices:
+        if device == "cpu":
+            found = local_cpu_target()
+        else:
+            measurer = LocalMeasurer(device=device)
+            try:
+                found = measurer.target
+            except RuntimeError as exc:
+                _fail(f"{device}: {exc}")
+            finally:
+                measurer.close()
+        if found.target_key != claim:
+            why = fingerprint_difference(None, claim, found)
+            logging.getLogger("tunehub.worker").error("refused to join: %s: %s", device, why)
+            _fail(f"refused: {device}: {why}; this machine's target key is {found.target_key}")
+
+
+def _reachable(address: str) -> None:
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        _fail(f"--address: expected host:port (as `ray start --head` prints it), got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        _fail(
+            f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}; is "
+            "`ray start --head` running there and its port open to this machine?"
+        )
+
+
+@main.command()
+@click.option("--address", required=True, help="The Ray cluster to join: its head's host:port.")
+@click.option("--cpu/--no-cpu", default=True, show_default=True, help="Offer this CPU.")
+@click.option(
+    "--gpus", default="all", show_default=True, help="GPUs to offer: all, none, or indices 0,1."
+)
+@click.option(
+    "--target",
+    "claim",
+    default=None,
+    metavar="KEY",
+    help="The target key this machine must be; it refuses to join (and the service refuses "
+    "its actors) when an offered device's fingerprint differs. It applies to every device "
+    "offered: claim a GPU's target with --no-cpu --gpus N.",
+)
+def worker(address: str, cpu: bool, gpus: str, claim: str | None) -> None:
+    """Join a Ray cluster as a node that measures for tunehub (until stopped).
+
+    Runs `ray start --address ADDRESS --block` with the resources that tell a tunehub
+    service to place one measuring actor on this node per offered device.
+    """
+    import json
+    import signal
+    import subprocess
+
+    indices = _parse_gpus(gpus)
+    devices = (["cpu"] if cpu else []) + [f"cuda:{i}" for i in indices]
+    if not devices:
+        _fail("nothing to offer: pass --cpu or --gpus")
+    _ray_or_fail()
+    from tunehub.workers.ray_measurer import node_resources
+
+    if claim is not None:
+        _check_claim(claim, devices)
+    _reachable(address)
+    resources = node_resources(cpu=cpu, gpus=indices, claim=claim)
+    command = [
+        sys.executable, "-m", "ray.scripts.scripts", "start", "--address", address, "--block",
+        "--num-gpus", str(len(indices)), "--resources", json.dumps(resources),
+        "--disable-usage-stats",
+    ]  # fmt: skip
+    click.echo(f"tunehub: joining the Ray cluster at {address}, offering {', '.join(devices)}")
+    proc = subprocess.Popen(command, preexec_fn=_die_with_parent)
+
+    def forward(signum: int, frame: object) -> None:
+        proc.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    code = proc.wait()
+    if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+        hint = ""
+        if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+            # Ray turns token authentication on by itself for `ray start --head`, never for a
+            # node or driver given an address: a joining node must be told (the usual refusal).
+            hint = (
+                "; if it says InvalidAuthToken, the cluster uses token authentication: set "
+                "RAY_AUTH_MODE=token and the cluster's token (RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+            )
+        _fail(f"ray start exited with status {code} (its output is above){hint}")
+
+
+def _die_with_parent() -> None:
+    """In the child: be sent SIGTERM when the worker process dies, however it dies."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @main.command()
@@ -303,11 +486,17 @@ def tune(
     count, and the output says which is faster.
     """
     from tunehub.core import JobSpec, JobState
-    from tunehub.core.owner import process_owner
+    from tunehub.core.owner import new_owner
     from tunehub.core.registry import UnknownName
     from tunehub.kernels.base import TimingPolicy
     from tunehub.kernels.registry import get_template
-    from tunehub.tuner import Progress, baseline_dict, baseline_for, session_for_job
+    from tunehub.tuner import (
+        LeaseKeeper,
+        Progress,
+        baseline_dict,
+        baseline_for,
+        session_for_job,
+    )
     from tunehub.tuner import strategy_names as known_strategies
     from tunehub.tuner.lookup import config_threads
     from tunehub.workers.local import LocalMeasurer
@@ -357,7 +546,13 @@ def tune(
         budget=Budget(max_trials=trials, max_secs=secs),
         seed=seed,
     )
-    job = store.create_job(spec, claimed=True, owner=process_owner())
+    owner = new_owner()
+    job = store.create_job(spec, claimed=True, owner=owner, lease_secs=settings.lease_secs)
+    # The lease keeps serve's runners off this job while it runs here; were this process to
+    # die, the job would go back to their queue once the lease expired.
+    leases = LeaseKeeper(store, lease_secs=settings.lease_secs, reap=False)
+    leases.hold(job.id, owner)
+    leases.start()
     click.echo(
         f"job {job.id}: tuning {workload.label} with {tmpl.name} on {target.label}: "
         f"{len(tmpl.space(workload, target))} configs, {strategy}, "
@@ -366,12 +561,15 @@ def tune(
     )
 
     def finish(state: JobState, error: str) -> None:
-        # Only from RUNNING: a cancel from the dashboard or the API stands.
-        store.set_job_state(job.id, state, error=error, only_from=(JobState.RUNNING,))
+        # Only from RUNNING and only while ours: a cancel from the dashboard or the API stands.
+        leases.stop()
+        store.set_job_state(job.id, state, error=error, only_from=(JobState.RUNNING,), owner=owner)
 
     last_check = [0.0, False]
 
     def cancelled() -> bool:
+        if leases.lost(job.id):
+            return True
         if not last_check[1] and time.monotonic() - float(last_check[0]) > 0.25:
             last_check[0] = time.monotonic()
             last_check[1] = store.get_job(job.id).state is JobState.CANCELLED
@@ -395,12 +593,21 @@ def tune(
                 job_id=job.id,
                 on_progress=progress,
                 should_stop=cancelled,
+                owner=owner,
+                db_outage_secs=settings.db_outage_secs,
             ).run()
         except BaseException as exc:
             finish(JobState.FAILED, f"{type(exc).__name__}: {exc}")
             raise
         finally:
             measurer.close()
+            leases.stop()
+    if result.stopped_by == "lease_lost" or leases.lost(job.id):
+        _fail(
+            f"job {job.id} lost its lease (this process was stalled, or the database away, for "
+            f"longer than TUNEHUB_LEASE_SECS={settings.lease_secs:g}); a runner of "
+            "`tunehub serve` resumes it"
+        )
     if result.stopped_by == "cancelled":
         _fail(f"job {job.id} was cancelled after {result.trials_done} trials")
     if result.stopped_by == "worker_error":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tunehub.core.apikey import ApiKey, KeyLimits, Scope
+from tunehub.core.autotune import AutotuneResult
 from tunehub.core.capabilities import Capabilities, Unsupported
 from tunehub.core.config import Config, KnobValue
 from tunehub.core.errors import InvalidSpec
@@ -30,6 +31,7 @@ __all__ = [
     "RECORD_FORMAT",
     "VERDICTS",
     "ApiKey",
+    "AutotuneResult",
     "Budget",
     "Capabilities",
     "Config",

@@ -15,6 +15,11 @@ MAX_SECS = 7 * 24 * 3600.0
 # The strategy a job gets when it names none: the one benchmarks/search_efficiency.py shows
 # reaching 95% of the best in the fewest trials on the replay datasets (see README).
 DEFAULT_STRATEGY = "transfer"
+# Job priorities: runners claim a job of a higher priority first. Jobs people submit (API, CLI)
+# run at PERSON; jobs queued by lookups (``tune=true``, ``tune_unseen``) at LOOKUP, so they use
+# a device only while no person's job of its target waits.
+PERSON_PRIORITY = 0
+LOOKUP_PRIORITY = -10
 # Longest template and strategy names (the database's columns).
 NAME_LENGTHS = {"template": 64, "strategy": 32}
 
@@ -88,12 +93,21 @@ class Job:
     error: str = ""
     best_record_uid: str | None = None
     best_median_secs: float | None = None
-    owner: str = ""  # the process running it (see tunehub.core.owner); "" unless RUNNING
+    # The job runner that holds (or last held) it (see tunehub.core.owner); "" while QUEUED.
+    owner: str = ""
+    # When the owner's lease ends unless renewed; None unless RUNNING.
+    lease_expires_at: datetime | None = None
     # Wall time spent tuning (measuring candidates) over every run of the job; baselines and
     # the final confirmation are timed apart. ``budget.max_secs`` is checked against it.
     tuning_secs: float = 0.0
     # The API key that submitted it (None: the CLI, or before keys existed).
     api_key_id: int | None = None
+    # PERSON_PRIORITY, or LOOKUP_PRIORITY for a job a lookup queued (claimed after people's).
+    priority: int = PERSON_PRIORITY
+
+    @property
+    def from_lookup(self) -> bool:
+        return self.priority < PERSON_PRIORITY
 
     @property
     def best_gflops(self) -> float | None:

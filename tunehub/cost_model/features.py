@@ -243,7 +243,7 @@ def _blis(workload: Workload, target: Target, configs: Sequence[Config]) -> dict
 
 
 # --- triton.gemm -------------------------------------------------------------------------------
-TRITON_VARIANTS = ("tiled", "persistent", "tma", "ws")
+TRITON_VARIANTS = ("tiled", "persistent", "tma", "ws", "splitk")
 # H100 values where the target's properties do not say.
 FALLBACK_SMEM_PER_BLOCK = 232448
 FALLBACK_REGS_PER_SM = 65536
@@ -259,6 +259,7 @@ TRITON_NAMES = (
     "smem_per_block", "smem_blocks_per_sm", "acc_regs_per_thread", "regs_per_sm_used",
     "warps_per_sm", "k_iters", "flops_per_byte_tile", "split_k_bytes_per_flop",
     "group_m_rows", "FLATTEN", "PAD_K", "unaligned_rows", "pad_copy_bytes_per_flop",
+    "kernel_launches",
 )  # fmt: skip
 
 
@@ -280,6 +281,7 @@ def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> di
     group = np.maximum(_knob(configs, "GROUP_M", 1), 1.0)
     variants = _strings(configs, "variant", "tiled")
     persistent = np.array([v in ("persistent", "tma", "ws") for v in variants], dtype=np.float64)
+    fused_split = np.array([v == "splitk" for v in variants], dtype=bool)
     tiles = _ceil_div(m, bm) * _ceil_div(n, bn) * split
     # A persistent kernel launches one program per SM and loops over tiles; either way the
     # tiles run in waves of one per SM (per program slot).
@@ -322,8 +324,13 @@ def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> di
         "warps_per_sm": warps * resident / MAX_WARPS_PER_SM,
         "k_iters": _ceil_div(k_per_split, bk),
         "flops_per_byte_tile": 2.0 * bm * bn / ((bm + bn) * elem),
-        # split-K writes (and reduces) SPLIT_K partial fp32 C tiles
-        "split_k_bytes_per_flop": (split - 1.0) * m * n * 4.0 * 2.0 / (2.0 * m * n * k),
+        # split-K writes (and reduces) SPLIT_K partial fp32 C tiles; ``splitk`` whole tiles
+        # (edges padded), written and read back once each
+        "split_k_bytes_per_flop": np.where(
+            fused_split,
+            split * _ceil_div(m, bm) * bm * _ceil_div(n, bn) * bn * 4.0 * 2.0 / (2.0 * m * n * k),
+            (split - 1.0) * m * n * 4.0 * 2.0 / (2.0 * m * n * k),
+        ),
         "group_m_rows": np.minimum(group * bm, m) / m,
     }
     for v in TRITON_VARIANTS:
@@ -338,6 +345,10 @@ def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> di
     out["PAD_K"] = pad
     out["unaligned_rows"] = unaligned * (1.0 - pad)
     out["pad_copy_bytes_per_flop"] = pad * 2.0 * (m * k + k * n) * elem / (2.0 * m * n * k)
+    # Each launch costs a few microseconds whatever it does: ``tiled`` split-K adds its
+    # reduce kernel, ``PAD_K`` its two copies; ``splitk`` reduces in its one launch.
+    two_pass = (split > 1) & ~fused_split
+    out["kernel_launches"] = 1.0 + two_pass.astype(np.float64) + 2.0 * pad
     return out
 
 
@@ -370,7 +381,8 @@ def generic_feature_set(template: str, knob_names: Sequence[str]) -> FeatureSet:
 
 FEATURE_SETS: dict[str, FeatureSet] = {
     "blis.gemm": FeatureSet("blis.gemm", 1, BLIS_NAMES, _blis),
-    "triton.gemm": FeatureSet("triton.gemm", 2, TRITON_NAMES, _triton),
+    # 3: the ``splitk`` variant's column and ``kernel_launches``.
+    "triton.gemm": FeatureSet("triton.gemm", 3, TRITON_NAMES, _triton),
 }
 
 

@@ -18,16 +18,25 @@ from tunehub.db.migrate import (
     upgrade,
 )
 from tunehub.db.sql_store import SqlScheduleStore
-from tunehub.db.store import ApiKeyNotFound, JobNotFound, QueueFull, ScheduleStore
+from tunehub.db.store import (
+    ApiKeyNotFound,
+    JobNotFound,
+    LeaseLost,
+    QueueFull,
+    ScheduleStore,
+    StoreUnavailable,
+)
 
 __all__ = [
     "ApiKeyNotFound",
     "JobNotFound",
+    "LeaseLost",
     "MemoryScheduleStore",
     "QueueFull",
     "ScheduleStore",
     "SchemaOutOfDate",
     "SqlScheduleStore",
+    "StoreUnavailable",
     "check_at_head",
     "current_revision",
     "database_url",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import TypeVar
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 from tunehub.core import (
     Confirmation,
@@ -19,14 +20,16 @@ from tunehub.core import (
     Target,
     Worker,
 )
+from tunehub.db.store import SCHEDULE_SORTS, ScheduleListing
 
 KEY_LENGTH = 64  # sha256 hex: workload, target, family and config keys
 UID_LENGTH = 32  # uuid4 hex: record uids
-OWNER_LENGTH = 160  # host:pid:start of the process running a job
+OWNER_LENGTH = 160  # host:pid:random of the job runner holding a job
 TEMPLATE_LENGTH = 64
 TARGET_KIND_LENGTH = 16
 TARGET_NAME_LENGTH = 256
 SEED_RANGE = range(-(2**63), 2**63)  # a BIGINT column
+MAX_LEASE_SECS = 24 * 3600.0
 
 K = TypeVar("K", bound=Hashable)
 
@@ -36,6 +39,28 @@ def check_page(limit: int, offset: int) -> None:
         raise ValueError(f"limit: must be >= 0, got {limit}")
     if offset < 0:
         raise ValueError(f"offset: must be >= 0, got {offset}")
+
+
+def check_sort(sort: str) -> None:
+    if sort not in SCHEDULE_SORTS:
+        raise ValueError(f"sort: expected one of {', '.join(SCHEDULE_SORTS)}; got {sort!r}")
+
+
+def listing_sort_value(item: ScheduleListing, sort: str) -> Any:
+    """The value ``item`` sorts by on column ``sort`` (None: it has none, it goes last)."""
+    s = item.schedule
+    if sort == "workload":
+        return (item.workload.m, item.workload.n, item.workload.k)
+    if sort == "confirmed_at":
+        return s.confirmation.confirmed_at if s.confirmation else None
+    if sort == "speedup":
+        return item.speedup
+    if sort == "median_secs":
+        return item.best_secs
+    if sort == "target":
+        return s.target_key
+    value: Any = getattr(s, sort)
+    return value
 
 
 def unknown_target(target_key: str) -> ValueError:
@@ -117,6 +142,16 @@ def job_times(
     if state is JobState.RUNNING:
         return started_at or now, None
     return started_at, now
+
+
+def lease_end(now: datetime, lease_secs: float) -> datetime:
+    """When a lease taken or renewed at ``now`` for ``lease_secs`` ends (ValueError unless
+    ``lease_secs`` is a positive number)."""
+    if isinstance(lease_secs, bool) or not isinstance(lease_secs, (int, float)):
+        raise ValueError(f"lease_secs: must be a number, got {lease_secs!r}")
+    if not 0 < lease_secs <= MAX_LEASE_SECS:
+        raise ValueError(f"lease_secs: must be in (0, {MAX_LEASE_SECS:.0f}], got {lease_secs}")
+    return now + timedelta(seconds=lease_secs)
 
 
 def fastest_ok(
@@ -246,10 +281,19 @@ def check_queue(
     key_limit: int | None,
     total: int,
     total_limit: int | None,
+    at_priority: int = 0,
+    priority_limit: int | None = None,
 ) -> None:
     """Raise QueueFull when a new job would pass a limit on queued-or-running jobs."""
     from tunehub.db.store import QueueFull
 
+    if priority_limit is not None and at_priority >= priority_limit:
+        raise QueueFull(
+            f"{at_priority} jobs queued by lookups are queued or running, the limit is "
+            f"{priority_limit}",
+            limit=priority_limit,
+            active=at_priority,
+        )
     if key_limit is not None and for_key >= key_limit:
         raise QueueFull(
             f"this key has {for_key} jobs queued or running, its limit is {key_limit}: wait "
@@ -264,3 +308,95 @@ def check_queue(
             limit=total_limit,
             active=total,
         )
+
+
+# --- change feed for lookup caches ----------------------------------------------------------
+# Record ids a reader looks back over: a transaction that took its ids before others but
+# committed after them is still seen, unless more than this many records committed meanwhile.
+CHANGE_LOOKBACK_IDS = 1000
+# More changed workloads than this in one read: the reader forgets everything instead.
+CHANGE_MAX_LISTED = 10_000
+# Finished jobs are looked back over this long, for the same reason.
+CHANGE_LOOKBACK_SECS = 60.0
+
+
+@dataclass(frozen=True)
+class ChangeMark:
+    """Where a reader of ``ScheduleStore.lookup_changes`` stands (opaque to it): the newest
+    record id seen and the ids seen just below it, the finished jobs seen, the models' and
+    the API keys' fingerprints."""
+
+    record_id: int = 0
+    seen_records: frozenset[int] = frozenset()
+    jobs_since: datetime | None = None
+    seen_jobs: frozenset[tuple[int, datetime]] = frozenset()
+    models: tuple[int, int] = (0, 0)
+    api_keys: tuple[int, str] = (0, "")
+
+
+@dataclass(frozen=True)
+class LookupChanges:
+    """What changed since a mark: the workloads whose schedules, baselines or confirmations
+    may have changed (None: too many to list, assume all), whether models or API keys did."""
+
+    mark: ChangeMark
+    workload_keys: frozenset[str] | None = frozenset()
+    models: bool = False
+    api_keys: bool = False
+
+    @property
+    def any(self) -> bool:
+        return (
+            self.workload_keys is None or bool(self.workload_keys) or self.models or self.api_keys
+        )
+
+
+def record_floor(since: ChangeMark | None) -> int | None:
+    """Read records with ids above this (None: only the newest id is needed)."""
+    return None if since is None else max(since.record_id - CHANGE_LOOKBACK_IDS, 0)
+
+
+def jobs_floor(since: ChangeMark | None, now: datetime) -> datetime:
+    """Read jobs finished at or after this."""
+    seen = since.jobs_since if since is not None and since.jobs_since is not None else now
+    return seen - timedelta(seconds=CHANGE_LOOKBACK_SECS)
+
+
+def changes_since(
+    since: ChangeMark | None,
+    *,
+    newest_record_id: int,
+    records: Sequence[tuple[int, str]],
+    jobs: Sequence[tuple[int, str, datetime]],
+    models: tuple[int, int],
+    api_keys: tuple[int, str],
+    now: datetime,
+) -> LookupChanges:
+    """The changes between ``since`` and the rows read: ``records`` are (id, workload key)
+    above ``record_floor(since)`` in id order (at most CHANGE_LOOKBACK_IDS + CHANGE_MAX_LISTED
+    + 1), ``jobs`` (id, workload key, finished_at) finished since ``jobs_floor``."""
+    top = max(newest_record_id, since.record_id if since is not None else 0)
+    floor = top - CHANGE_LOOKBACK_IDS
+    mark = ChangeMark(
+        record_id=top,
+        seen_records=frozenset(i for i, _ in records if i > floor),
+        jobs_since=max((at for _, _, at in jobs), default=None)
+        or (since.jobs_since if since is not None else None)
+        or now,
+        seen_jobs=frozenset((i, at) for i, _, at in jobs),
+        models=models,
+        api_keys=api_keys,
+    )
+    if since is None:
+        return LookupChanges(mark)
+    changed = {key for i, key in records if i not in since.seen_records}
+    changed |= {key for i, key, at in jobs if (i, at) not in since.seen_jobs}
+    overflow = len(records) > CHANGE_LOOKBACK_IDS + CHANGE_MAX_LISTED or len(changed) > (
+        CHANGE_MAX_LISTED
+    )
+    return LookupChanges(
+        mark,
+        workload_keys=None if overflow else frozenset(changed),
+        models=models != since.models,
+        api_keys=api_keys != since.api_keys,
+    )

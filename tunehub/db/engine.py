@@ -11,8 +11,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
+
+from tunehub.db.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +24,7 @@ HOME_ENV = "TUNEHUB_HOME"
 DEFAULT_HOME = "~/.tunehub"
 DATABASE_FILE = "tunehub.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+PG_CONNECT_TIMEOUT_SECS = 10
 
 # Execution option read by the SQLite "begin" hook: writers take the write lock at BEGIN.
 _SQLITE_BEGIN_IMMEDIATE = "tunehub_sqlite_begin_immediate"
@@ -89,6 +93,10 @@ def make_engine(url: str | URL, *, echo: bool = False) -> Engine:
             kwargs["poolclass"] = StaticPool
     else:
         kwargs["pool_pre_ping"] = True
+        if "connect_timeout" not in parsed.query:
+            # A database host that drops packets must not hold a caller for the OS's minutes:
+            # the runner counts an outage from failed attempts (TUNEHUB_DB_OUTAGE_SECS).
+            kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_SECS}
     engine = create_engine(parsed, **kwargs)
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine, memory=_is_sqlite_memory(parsed))
@@ -153,6 +161,10 @@ def write_engine(engine: Engine) -> Engine:
 def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session that commits on success, rolls back on error and is always closed.
 
+    A database that cannot be reached (refused or dropped connections, a lock that timed out)
+    raises ``StoreUnavailable``, which callers may meet with a retry later; other errors pass
+    as they are.
+
     >>> from sqlalchemy import select
     >>> factory = sessionmaker(make_engine("sqlite://"))
     >>> with session_scope(factory) as session:
@@ -163,8 +175,20 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
     try:
         yield session
         session.commit()
+    except (OperationalError, InterfaceError) as exc:
+        _rollback(session)
+        reason = " ".join(str(exc.orig or exc).split())[:300]
+        raise StoreUnavailable(f"the database is unreachable: {reason}") from exc
     except BaseException:
-        session.rollback()
+        _rollback(session)
         raise
     finally:
         session.close()
+
+
+def _rollback(session: Session) -> None:
+    # On a dropped connection the rollback fails too; the error that matters is the first.
+    try:
+        session.rollback()
+    except (OperationalError, InterfaceError):
+        log.debug("rollback on a broken connection failed", exc_info=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from tunehub.core import (
     ApiKey,
+    AutotuneResult,
     Config,
     Confirmation,
     Job,
@@ -28,13 +29,21 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.core.apikey import NO_LIMITS
+from tunehub.core.job import PERSON_PRIORITY
+from tunehub.core.owner import DEFAULT_LEASE_SECS
 from tunehub.db.common import (
     ACTIVE_STATES,
+    CHANGE_LOOKBACK_IDS,
+    CHANGE_MAX_LISTED,
+    ChangeMark,
+    LookupChanges,
+    changes_since,
     check_baseline,
     check_model,
     check_page,
     check_queue,
     check_records,
+    check_sort,
     check_spec,
     check_target,
     check_tuning_secs,
@@ -42,13 +51,17 @@ from tunehub.db.common import (
     confirmed_schedule,
     fastest_ok,
     job_times,
+    jobs_floor,
+    lease_end,
+    listing_sort_value,
+    record_floor,
     replaces,
     schedule_key,
     schedule_of,
     trials_of,
     unknown_target,
 )
-from tunehub.db.store import ApiKeyNotFound, JobNotFound, ScheduleStore
+from tunehub.db.store import ApiKeyNotFound, JobNotFound, LeaseLost, ScheduleListing, ScheduleStore
 
 
 class MemoryScheduleStore(ScheduleStore):
@@ -83,6 +96,7 @@ class MemoryScheduleStore(ScheduleStore):
         self._queued_at: dict[int, int] = {}
         self._queue_ticks = 0
         self._models: dict[int, tuple[ModelInfo, bytes]] = {}
+        self._autotune: dict[str, AutotuneResult] = {}
 
     # --- targets and workloads -------------------------------------------------------------
     def put_target(self, target: Target) -> None:
@@ -94,6 +108,11 @@ class MemoryScheduleStore(ScheduleStore):
         with self._lock:
             target = self._targets.get(target_key)
         return None if target is None else _copy_target(target)
+
+    def get_targets(self, target_keys: Collection[str]) -> dict[str, Target]:
+        with self._lock:
+            found = {k: self._targets[k] for k in set(target_keys) if k in self._targets}
+        return {k: _copy_target(t) for k, t in found.items()}
 
     def list_targets(self) -> list[Target]:
         with self._lock:
@@ -107,6 +126,10 @@ class MemoryScheduleStore(ScheduleStore):
     def get_workload(self, workload_key: str) -> Workload | None:
         with self._lock:
             return self._workloads.get(workload_key)
+
+    def get_workloads(self, workload_keys: Collection[str]) -> dict[str, Workload]:
+        with self._lock:
+            return {k: self._workloads[k] for k in set(workload_keys) if k in self._workloads}
 
     # --- workers ---------------------------------------------------------------------------
     def register_worker(self, worker: Worker) -> None:
@@ -151,25 +174,35 @@ class MemoryScheduleStore(ScheduleStore):
         *,
         claimed: bool = False,
         owner: str = "",
+        lease_secs: float = DEFAULT_LEASE_SECS,
         api_key_id: int | None = None,
         max_active_for_key: int | None = None,
         max_active_total: int | None = None,
+        priority: int = PERSON_PRIORITY,
+        max_active_at_priority: int | None = None,
     ) -> Job:
         """Store a QUEUED (or claimed: RUNNING) job; its target must be stored first."""
         check_spec(spec)
         now = utc_now()
+        lease = lease_end(now, lease_secs) if claimed else None
         with self._lock:
             if spec.target_key not in self._targets:
                 raise unknown_target(spec.target_key)
             if api_key_id is not None and api_key_id not in self._api_keys:
                 raise ApiKeyNotFound(api_key_id)
-            if max_active_for_key is not None or max_active_total is not None:
+            if (
+                max_active_for_key is not None
+                or max_active_total is not None
+                or max_active_at_priority is not None
+            ):
                 active = self._select_jobs(ACTIVE_STATES)
                 check_queue(
                     for_key=sum(1 for j in active if j.api_key_id == api_key_id),
                     key_limit=max_active_for_key if api_key_id is not None else None,
                     total=len(active),
                     total_limit=max_active_total,
+                    at_priority=sum(1 for j in active if j.priority == priority),
+                    priority_limit=max_active_at_priority,
                 )
             self._workloads.setdefault(spec.workload.key, spec.workload)
             job = Job(
@@ -180,7 +213,9 @@ class MemoryScheduleStore(ScheduleStore):
                 created_at=now,
                 started_at=now if claimed else None,
                 owner=owner if claimed else "",
+                lease_expires_at=lease,
                 api_key_id=api_key_id,
+                priority=priority,
             )
             self._next_job_id += 1
             self._jobs[job.id] = job
@@ -206,6 +241,7 @@ class MemoryScheduleStore(ScheduleStore):
         states: Sequence[JobState] = (),
         target_keys: Collection[str] | None = None,
         api_key_id: int | None = None,
+        min_priority: int | None = None,
     ) -> int:
         with self._lock:
             return sum(
@@ -213,11 +249,29 @@ class MemoryScheduleStore(ScheduleStore):
                 for job in self._select_jobs(states)
                 if (target_keys is None or job.spec.target_key in target_keys)
                 and (api_key_id is None or job.api_key_id == api_key_id)
+                and (min_priority is None or job.priority >= min_priority)
             )
 
+    def active_jobs(
+        self, *, workload_keys: Collection[str], target_keys: Collection[str]
+    ) -> list[Job]:
+        workloads, targets = set(workload_keys), set(target_keys)
+        with self._lock:
+            found = [
+                job
+                for job in self._select_jobs(ACTIVE_STATES)
+                if job.spec.workload.key in workloads and job.spec.target_key in targets
+            ]
+        return sorted(found, key=lambda job: job.id)
+
     def claim_job(
-        self, *, owner: str = "", target_keys: Collection[str] | None = None
+        self,
+        *,
+        owner: str = "",
+        target_keys: Collection[str] | None = None,
+        lease_secs: float = DEFAULT_LEASE_SECS,
     ) -> Job | None:
+        lease_end(utc_now(), lease_secs)
         with self._lock:
             queued = [
                 job
@@ -227,12 +281,51 @@ class MemoryScheduleStore(ScheduleStore):
             ]
             if not queued:
                 return None
-            oldest = min(queued, key=lambda job: (self._queued_at[job.id], job.id))
+            oldest = min(queued, key=lambda job: (-job.priority, self._queued_at[job.id], job.id))
+            now = utc_now()
             claimed = dataclasses.replace(
-                oldest, state=JobState.RUNNING, started_at=utc_now(), finished_at=None, owner=owner
+                oldest,
+                state=JobState.RUNNING,
+                started_at=now,
+                finished_at=None,
+                owner=owner,
+                lease_expires_at=lease_end(now, lease_secs),
             )
             self._jobs[claimed.id] = claimed
             return claimed
+
+    def renew_leases(
+        self, owner: str, job_ids: Collection[int], *, lease_secs: float = DEFAULT_LEASE_SECS
+    ) -> set[int]:
+        until = lease_end(utc_now(), lease_secs)
+        renewed = set()
+        with self._lock:
+            for job_id in job_ids:
+                job = self._jobs.get(job_id)
+                if job is not None and job.owner == owner and job.state is JobState.RUNNING:
+                    self._jobs[job_id] = dataclasses.replace(job, lease_expires_at=until)
+                    renewed.add(job_id)
+        return renewed
+
+    def requeue_expired(self, *, now: datetime | None = None) -> list[int]:
+        now = now or utc_now()
+        requeued = []
+        with self._lock:
+            for job_id, job in sorted(self._jobs.items()):
+                if job.state is JobState.RUNNING and (
+                    job.lease_expires_at is None or job.lease_expires_at < now
+                ):
+                    self._jobs[job_id] = dataclasses.replace(
+                        job,
+                        state=JobState.QUEUED,
+                        owner="",
+                        lease_expires_at=None,
+                        started_at=None,
+                        finished_at=None,
+                    )
+                    self._enqueue(job_id)
+                    requeued.append(job_id)
+        return requeued
 
     def set_job_state(
         self,
@@ -241,11 +334,14 @@ class MemoryScheduleStore(ScheduleStore):
         *,
         error: str = "",
         only_from: Sequence[JobState] = (),
+        owner: str | None = None,
     ) -> Job:
         state = JobState(state)
         with self._lock:
             job = self._job(job_id)
             if only_from and job.state not in only_from:
+                return job
+            if owner is not None and job.owner != owner:
                 return job
             started_at, finished_at = job_times(state, job.started_at, job.finished_at, utc_now())
             moved = dataclasses.replace(
@@ -254,7 +350,8 @@ class MemoryScheduleStore(ScheduleStore):
                 error=error,
                 started_at=started_at,
                 finished_at=finished_at,
-                owner=job.owner if state is JobState.RUNNING else "",
+                owner="" if state is JobState.QUEUED else job.owner,
+                lease_expires_at=job.lease_expires_at if state is JobState.RUNNING else None,
             )
             self._jobs[job_id] = moved
             if state is JobState.QUEUED:
@@ -267,17 +364,24 @@ class MemoryScheduleStore(ScheduleStore):
         records: Sequence[MeasureRecord],
         *,
         tuning_secs: Mapping[int, float] | None = None,
+        owner: str | None = None,
     ) -> int:
         """Store records and update job progress, job bests and Schedules in one step.
 
-        Every record's job_id must name a stored job, else JobNotFound and nothing is stored.
+        Every record's job_id must name a stored job, else JobNotFound and nothing is stored;
+        with ``owner``, one that ``owner`` holds, else LeaseLost.
         """
         batch = check_records(records)
         secs = check_tuning_secs(tuning_secs)
         with self._lock:
-            for job_id in sorted({r.job_id for r in batch if r.job_id is not None} | set(secs)):
+            job_ids = sorted({r.job_id for r in batch if r.job_id is not None} | set(secs))
+            for job_id in job_ids:
                 if job_id not in self._jobs:
                     raise JobNotFound(job_id)
+            for job_id in job_ids:
+                holder = self._jobs[job_id].owner
+                if owner is not None and holder != owner:
+                    raise LeaseLost(job_id, owner, holder)
             new = []
             # By uid, as SqlScheduleStore inserts them.
             for record in sorted(batch, key=lambda r: r.uid):
@@ -370,6 +474,22 @@ class MemoryScheduleStore(ScheduleStore):
         found.sort(key=lambda s: (s.median_secs, s.target_key, s.template))
         return found
 
+    def schedules_for(
+        self, *, workload_keys: Collection[str], family_keys: Collection[str]
+    ) -> dict[tuple[str, str], list[Schedule]]:
+        workloads, families = set(workload_keys), set(family_keys)
+        with self._lock:
+            found = [
+                (s, self._targets[t].family_key)
+                for (w, t, _), s in self._schedules.items()
+                if w in workloads and self._targets[t].family_key in families
+            ]
+        found.sort(key=lambda sf: (sf[0].median_secs, sf[0].target_key, sf[0].template))
+        out: dict[tuple[str, str], list[Schedule]] = {}
+        for schedule, family_key in found:
+            out.setdefault((schedule.workload_key, family_key), []).append(schedule)
+        return out
+
     def target_schedules(self, *, target_key: str, template: str | None = None) -> list[Schedule]:
         with self._lock:
             found = [
@@ -379,6 +499,41 @@ class MemoryScheduleStore(ScheduleStore):
             ]
         found.sort(key=lambda s: (s.workload_key, s.template))
         return found
+
+    def list_schedules(
+        self,
+        *,
+        target_key: str | None = None,
+        template: str | None = None,
+        dtype: str | None = None,
+        sort: str = "updated_at",
+        descending: bool = True,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[ScheduleListing], int]:
+        check_page(limit, offset)
+        check_sort(sort)
+        with self._lock:
+            fastest: dict[tuple[str, str], float] = {}
+            for (w, t, _, _), uid in self._baselines.items():
+                secs = self._records[uid].result.median_secs
+                if secs is not None and secs < fastest.get((w, t), float("inf")):
+                    fastest[(w, t)] = secs
+            found = [
+                ScheduleListing(s, self._workloads[w], fastest.get((w, t)))
+                for (w, t, tpl), s in self._schedules.items()
+                if target_key in (None, t)
+                and template in (None, tpl)
+                and dtype in (None, self._workloads[w].dtype)
+            ]
+
+        found.sort(
+            key=lambda i: (i.schedule.workload_key, i.schedule.target_key, i.schedule.template)
+        )  # stable: the column's order below keeps these ties in order
+        valued = [i for i in found if listing_sort_value(i, sort) is not None]
+        valued.sort(key=lambda i: listing_sort_value(i, sort), reverse=descending)
+        ordered = valued + [i for i in found if listing_sort_value(i, sort) is None]
+        return ordered[offset : offset + limit], len(ordered)
 
     def confirm_schedule(
         self,
@@ -430,6 +585,15 @@ class MemoryScheduleStore(ScheduleStore):
         with self._lock:
             uid = self._baselines.get((workload_key, target_key, template, config.key))
             return None if uid is None else _copy_record(self._records[uid])
+
+    def baselines_for(self, *, workload_keys: Collection[str]) -> list[MeasureRecord]:
+        wanted = set(workload_keys)
+        with self._lock:
+            return [
+                _copy_record(self._records[uid])
+                for (w, _, _, _), uid in self._baselines.items()
+                if w in wanted
+            ]
 
     def list_baselines(self, *, workload_key: str, target_key: str) -> list[MeasureRecord]:
         with self._lock:
@@ -558,6 +722,50 @@ class MemoryScheduleStore(ScheduleStore):
         with self._lock:
             found = self._models.get(model_id)
         return None if found is None else found[1]
+
+    # --- shared autotuning results ----------------------------------------------------------
+    def put_autotune(self, result: AutotuneResult) -> tuple[AutotuneResult, bool]:
+        with self._lock:
+            found = self._autotune.get(result.cache_key)
+            if found is not None:
+                return found, False
+            self._autotune[result.cache_key] = result
+            return result, True
+
+    def get_autotune(self, cache_key: str) -> AutotuneResult | None:
+        with self._lock:
+            return self._autotune.get(cache_key)
+
+    # --- change feed ---------------------------------------------------------------------
+    def lookup_changes(self, since: ChangeMark | None = None) -> LookupChanges:
+        now = utc_now()
+        floor = record_floor(since)
+        after = jobs_floor(since, now)
+        with self._lock:
+            newest = len(self._records)
+            records: list[tuple[int, str]] = []
+            if floor is not None:
+                records = [
+                    (r.seq or 0, r.request.workload.key)
+                    for r in list(self._records.values())[floor:]
+                ][: CHANGE_LOOKBACK_IDS + CHANGE_MAX_LISTED + 1]
+            jobs = [
+                (job.id, job.spec.workload.key, job.finished_at)
+                for job in self._jobs.values()
+                if job.finished_at is not None and job.finished_at >= after
+            ]
+            models = (len(self._models), max(self._models, default=0))
+            revoked = [k.revoked_at for k in self._api_keys.values() if k.revoked_at is not None]
+            api_keys = (len(self._api_keys), str(max(revoked)) if revoked else "")
+        return changes_since(
+            since,
+            newest_record_id=newest,
+            records=records,
+            jobs=jobs,
+            models=models,
+            api_keys=api_keys,
+            now=now,
+        )
 
     # --- helpers (called with the lock held) -----------------------------------------------
     def _enqueue(self, job_id: int) -> None:

@@ -7,13 +7,14 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Select, func, select, text, update
+from sqlalchemy import ColumnElement, Engine, Select, func, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tunehub.core import (
     ApiKey,
+    AutotuneResult,
     Budget,
     Config,
     Confirmation,
@@ -34,13 +35,21 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.core.apikey import NO_LIMITS
+from tunehub.core.job import PERSON_PRIORITY
+from tunehub.core.owner import DEFAULT_LEASE_SECS
 from tunehub.db.common import (
     ACTIVE_STATES,
+    CHANGE_LOOKBACK_IDS,
+    CHANGE_MAX_LISTED,
+    ChangeMark,
+    LookupChanges,
+    changes_since,
     check_baseline,
     check_model,
     check_page,
     check_queue,
     check_records,
+    check_sort,
     check_spec,
     check_target,
     check_tuning_secs,
@@ -48,15 +57,26 @@ from tunehub.db.common import (
     confirmed_schedule,
     fastest_ok,
     job_times,
+    jobs_floor,
+    lease_end,
+    record_floor,
     schedule_key,
     schedule_of,
     trials_of,
     unknown_target,
 )
 from tunehub.db.engine import make_engine, safe_url, session_scope, write_engine
-from tunehub.db.store import ApiKeyNotFound, JobNotFound, ScheduleStore
+from tunehub.db.store import (
+    IN_CHUNK,
+    ApiKeyNotFound,
+    JobNotFound,
+    LeaseLost,
+    ScheduleListing,
+    ScheduleStore,
+)
 from tunehub.db.tables import (
     ApiKeyRow,
+    AutotuneRow,
     Base,
     BaselineRow,
     JobRow,
@@ -128,6 +148,14 @@ class SqlScheduleStore(ScheduleStore):
             row = session.get(TargetRow, target_key)
             return None if row is None else _target(row)
 
+    def get_targets(self, target_keys: Collection[str]) -> dict[str, Target]:
+        found: dict[str, Target] = {}
+        with session_scope(self._read) as session:
+            for chunk in _chunks(target_keys):
+                query = select(TargetRow).where(TargetRow.target_key.in_(chunk))
+                found.update((row.target_key, _target(row)) for row in session.scalars(query))
+        return found
+
     def list_targets(self) -> list[Target]:
         query = select(TargetRow).order_by(TargetRow.kind, TargetRow.name, TargetRow.target_key)
         with session_scope(self._read) as session:
@@ -141,6 +169,14 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             row = session.get(WorkloadRow, workload_key)
             return None if row is None else _workload(row)
+
+    def get_workloads(self, workload_keys: Collection[str]) -> dict[str, Workload]:
+        found: dict[str, Workload] = {}
+        with session_scope(self._read) as session:
+            for chunk in _chunks(workload_keys):
+                query = select(WorkloadRow).where(WorkloadRow.workload_key.in_(chunk))
+                found.update((row.workload_key, _workload(row)) for row in session.scalars(query))
+        return found
 
     # --- workers ---------------------------------------------------------------------------
     def register_worker(self, worker: Worker) -> None:
@@ -211,20 +247,35 @@ class SqlScheduleStore(ScheduleStore):
         *,
         claimed: bool = False,
         owner: str = "",
+        lease_secs: float = DEFAULT_LEASE_SECS,
         api_key_id: int | None = None,
         max_active_for_key: int | None = None,
         max_active_total: int | None = None,
+        priority: int = PERSON_PRIORITY,
+        max_active_at_priority: int | None = None,
     ) -> Job:
         """Store a QUEUED (or claimed: RUNNING) job; its target must be stored first."""
         check_spec(spec)
         now = utc_now()
+        lease = lease_end(now, lease_secs) if claimed else None
         with session_scope(self._write) as session:
             if session.get(TargetRow, spec.target_key) is None:
                 raise unknown_target(spec.target_key)
             if api_key_id is not None and session.get(ApiKeyRow, api_key_id) is None:
                 raise ApiKeyNotFound(api_key_id)
-            if max_active_for_key is not None or max_active_total is not None:
-                self._check_queue(session, api_key_id, max_active_for_key, max_active_total)
+            if (
+                max_active_for_key is not None
+                or max_active_total is not None
+                or max_active_at_priority is not None
+            ):
+                self._check_queue(
+                    session,
+                    api_key_id,
+                    max_active_for_key,
+                    max_active_total,
+                    priority=priority,
+                    priority_limit=max_active_at_priority,
+                )
             self._put_workloads(session, [spec.workload])
             row = JobRow(
                 workload_key=spec.workload.key,
@@ -241,9 +292,11 @@ class SqlScheduleStore(ScheduleStore):
                 created_at=now,
                 started_at=now if claimed else None,
                 owner=owner if claimed else "",
+                lease_expires_at=lease,
                 finished_at=None,
                 api_key_id=api_key_id,
                 queued_at=now,
+                priority=priority,
             )
             session.add(row)
             session.flush()
@@ -272,15 +325,42 @@ class SqlScheduleStore(ScheduleStore):
         states: Sequence[JobState] = (),
         target_keys: Collection[str] | None = None,
         api_key_id: int | None = None,
+        min_priority: int | None = None,
     ) -> int:
         query = _count_jobs_query(states, target_keys, api_key_id)
+        if min_priority is not None:
+            query = query.where(JobRow.priority >= min_priority)
         with session_scope(self._read) as session:
             return int(session.scalar(query) or 0)
 
+    def active_jobs(
+        self, *, workload_keys: Collection[str], target_keys: Collection[str]
+    ) -> list[Job]:
+        found: list[Job] = []
+        states = [s.value for s in ACTIVE_STATES]
+        targets = sorted(set(target_keys))
+        if not targets:
+            return found
+        with session_scope(self._read) as session:
+            for chunk in _chunks(workload_keys):
+                query = _jobs_query().where(
+                    JobRow.state.in_(states),
+                    JobRow.workload_key.in_(chunk),
+                    JobRow.target_key.in_(targets),
+                )
+                found += [_job(job, _workload(w)) for job, w in session.execute(query)]
+        found.sort(key=lambda job: job.id)
+        return found
+
     def claim_job(
-        self, *, owner: str = "", target_keys: Collection[str] | None = None
+        self,
+        *,
+        owner: str = "",
+        target_keys: Collection[str] | None = None,
+        lease_secs: float = DEFAULT_LEASE_SECS,
     ) -> Job | None:
         jobs = table(JobRow)
+        lease_end(utc_now(), lease_secs)  # refuse a bad lease before touching anything
         if target_keys is not None and not target_keys:
             return None
         with session_scope(self._write) as session:
@@ -291,20 +371,22 @@ class SqlScheduleStore(ScheduleStore):
                 if target_keys is not None:
                     query = query.where(JobRow.target_key.in_(sorted(target_keys)))
                 job_id = session.scalar(
-                    query.order_by(JobRow.queued_at, JobRow.id)
+                    query.order_by(JobRow.priority.desc(), JobRow.queued_at, JobRow.id)
                     .limit(1)
                     .with_for_update(skip_locked=True)
                 )
                 if job_id is None:
                     return None
+                now = utc_now()
                 claimed = session.execute(
                     update(jobs)
                     .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED.value)
                     .values(
                         state=JobState.RUNNING.value,
-                        started_at=utc_now(),
+                        started_at=now,
                         finished_at=None,
                         owner=owner,
+                        lease_expires_at=lease_end(now, lease_secs),
                     )
                     .returning(jobs.c.id)
                 ).scalar()
@@ -313,6 +395,48 @@ class SqlScheduleStore(ScheduleStore):
                     found = session.execute(_jobs_query().where(JobRow.id == job_id)).one()
                     return _job(found[0], _workload(found[1]))
 
+    def renew_leases(
+        self, owner: str, job_ids: Collection[int], *, lease_secs: float = DEFAULT_LEASE_SECS
+    ) -> set[int]:
+        until = lease_end(utc_now(), lease_secs)
+        if not job_ids:
+            return set()
+        jobs = table(JobRow)
+        with session_scope(self._write) as session:
+            renewed = session.scalars(
+                update(jobs)
+                .where(
+                    jobs.c.id.in_(sorted(job_ids)),
+                    jobs.c.owner == owner,
+                    jobs.c.state == JobState.RUNNING.value,
+                )
+                .values(lease_expires_at=until)
+                .returning(jobs.c.id)
+            )
+            return set(renewed)
+
+    def requeue_expired(self, *, now: datetime | None = None) -> list[int]:
+        now = now or utc_now()
+        jobs = table(JobRow)
+        with session_scope(self._write) as session:
+            requeued = session.scalars(
+                update(jobs)
+                .where(
+                    jobs.c.state == JobState.RUNNING.value,
+                    jobs.c.lease_expires_at.is_(None) | (jobs.c.lease_expires_at < now),
+                )
+                .values(
+                    state=JobState.QUEUED.value,
+                    owner="",
+                    lease_expires_at=None,
+                    started_at=None,
+                    finished_at=None,
+                    queued_at=utc_now(),
+                )
+                .returning(jobs.c.id)
+            )
+            return sorted(requeued)
+
     def set_job_state(
         self,
         job_id: int,
@@ -320,21 +444,25 @@ class SqlScheduleStore(ScheduleStore):
         *,
         error: str = "",
         only_from: Sequence[JobState] = (),
+        owner: str | None = None,
     ) -> Job:
         state = JobState(state)
         with session_scope(self._write) as session:
             row = session.get(JobRow, job_id, with_for_update=True)
             if row is None:
                 raise JobNotFound(job_id)
-            if not only_from or JobState(row.state) in only_from:
+            if (not only_from or JobState(row.state) in only_from) and (
+                owner is None or row.owner == owner
+            ):
                 row.started_at, row.finished_at = job_times(
                     state, row.started_at, row.finished_at, utc_now()
                 )
                 row.state = state.value
                 row.error = error
                 if state is not JobState.RUNNING:
-                    row.owner = ""
+                    row.lease_expires_at = None
                 if state is JobState.QUEUED:
+                    row.owner = ""
                     row.queued_at = utc_now()
                 session.flush()
             workload = session.get_one(WorkloadRow, row.workload_key)
@@ -346,10 +474,12 @@ class SqlScheduleStore(ScheduleStore):
         records: Sequence[MeasureRecord],
         *,
         tuning_secs: Mapping[int, float] | None = None,
+        owner: str | None = None,
     ) -> int:
         """Store records and update job progress, job bests and Schedules in one transaction.
 
-        Every record's job_id must name a stored job, else JobNotFound and nothing is stored.
+        Every record's job_id must name a stored job, else JobNotFound and nothing is stored;
+        with ``owner``, one that ``owner`` holds, else LeaseLost.
         """
         batch = check_records(records)
         secs = check_tuning_secs(tuning_secs)
@@ -358,10 +488,19 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._write) as session:
             job_ids = sorted({r.job_id for r in batch if r.job_id is not None} | set(secs))
             if job_ids:
-                known = set(session.scalars(select(JobRow.id).where(JobRow.id.in_(job_ids))))
-                missing = [job_id for job_id in job_ids if job_id not in known]
+                query = select(JobRow.id, JobRow.owner).where(JobRow.id.in_(job_ids))
+                if owner is not None:
+                    # Locked (by id order) until the commit, so a requeue or claim of the job
+                    # waits for these records instead of slipping in between check and write.
+                    query = query.order_by(JobRow.id).with_for_update()
+                holders = {int(i): str(h) for i, h in session.execute(query)}
+                missing = [job_id for job_id in job_ids if job_id not in holders]
                 if missing:
                     raise JobNotFound(missing[0])
+                if owner is not None:
+                    for job_id in job_ids:
+                        if holders[job_id] != owner:
+                            raise LeaseLost(job_id, owner, holders[job_id])
             new: list[MeasureRecord] = []
             if batch:
                 self._put_targets(session, [r.request.target for r in batch])
@@ -458,6 +597,25 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             return [_schedule(row) for row in session.scalars(query)]
 
+    def schedules_for(
+        self, *, workload_keys: Collection[str], family_keys: Collection[str]
+    ) -> dict[tuple[str, str], list[Schedule]]:
+        found: dict[tuple[str, str], list[Schedule]] = {}
+        families = sorted(set(family_keys))
+        if not families:
+            return found
+        with session_scope(self._read) as session:
+            for chunk in _chunks(workload_keys):
+                query = (
+                    select(ScheduleRow, TargetRow.family_key)
+                    .join(TargetRow, TargetRow.target_key == ScheduleRow.target_key)
+                    .where(ScheduleRow.workload_key.in_(chunk), TargetRow.family_key.in_(families))
+                    .order_by(ScheduleRow.median_secs, ScheduleRow.target_key, ScheduleRow.template)
+                )
+                for row, family_key in session.execute(query):
+                    found.setdefault((row.workload_key, family_key), []).append(_schedule(row))
+        return found
+
     def target_schedules(self, *, target_key: str, template: str | None = None) -> list[Schedule]:
         query = select(ScheduleRow).where(ScheduleRow.target_key == target_key)
         if template is not None:
@@ -465,6 +623,85 @@ class SqlScheduleStore(ScheduleStore):
         query = query.order_by(ScheduleRow.workload_key, ScheduleRow.template)
         with session_scope(self._read) as session:
             return [_schedule(row) for row in session.scalars(query)]
+
+    def list_schedules(
+        self,
+        *,
+        target_key: str | None = None,
+        template: str | None = None,
+        dtype: str | None = None,
+        sort: str = "updated_at",
+        descending: bool = True,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[ScheduleListing], int]:
+        check_page(limit, offset)
+        check_sort(sort)
+        # Three steps, so that only the page's rows are ever read whole: the page's keys (the
+        # workloads and baselines joined only where the filter or the sort needs them), then
+        # those schedules with their workloads, then their baselines.
+        pk = (ScheduleRow.workload_key, ScheduleRow.target_key, ScheduleRow.template)
+        best_secs = func.coalesce(ScheduleRow.confirmed_median_secs, ScheduleRow.median_secs)
+        keys = select(*pk)
+        if dtype is not None or sort == "workload":
+            keys = keys.join(WorkloadRow, WorkloadRow.workload_key == ScheduleRow.workload_key)
+        filters: list[ColumnElement[bool]] = []
+        if target_key is not None:
+            filters.append(ScheduleRow.target_key == target_key)
+        if template is not None:
+            filters.append(ScheduleRow.template == template)
+        if dtype is not None:
+            filters.append(WorkloadRow.dtype == dtype)
+        columns: list[Any]
+        if sort == "speedup":
+            fastest = _fastest_baselines().subquery()
+            keys = keys.outerjoin(
+                fastest,
+                (fastest.c.workload_key == ScheduleRow.workload_key)
+                & (fastest.c.target_key == ScheduleRow.target_key),
+            )
+            columns = [fastest.c.secs / best_secs]
+        elif sort == "workload":
+            columns = [WorkloadRow.m, WorkloadRow.n, WorkloadRow.k]
+        elif sort == "median_secs":
+            columns = [best_secs]
+        elif sort == "target":
+            columns = [ScheduleRow.target_key]
+        else:
+            columns = [getattr(ScheduleRow, sort)]
+        order = [(c.desc() if descending else c.asc()).nulls_last() for c in columns]
+        keys = keys.where(*filters).order_by(*order, *pk).limit(limit).offset(offset)
+        count = select(func.count()).select_from(ScheduleRow)
+        if dtype is not None:
+            count = count.join(WorkloadRow, WorkloadRow.workload_key == ScheduleRow.workload_key)
+        count = count.where(*filters)
+        with session_scope(self._read) as session:
+            page = [(w, t, tpl) for w, t, tpl in session.execute(keys)]
+            total = session.execute(count).scalar_one()
+            if not page:
+                return [], total
+            rows = session.execute(
+                select(ScheduleRow, WorkloadRow)
+                .join(WorkloadRow, WorkloadRow.workload_key == ScheduleRow.workload_key)
+                .where(tuple_(*pk).in_(page))
+            ).all()
+            pairs = sorted({(w, t) for w, t, _ in page})
+            baselines = dict(
+                ((w, t), secs)
+                for w, t, secs in session.execute(
+                    _fastest_baselines().where(
+                        tuple_(BaselineRow.workload_key, BaselineRow.target_key).in_(pairs)
+                    )
+                )
+            )
+        found = {(r.workload_key, r.target_key, r.template): (r, w) for r, w in rows}
+        listings = []
+        for key in page:
+            row, workload = found[key]
+            listings.append(
+                ScheduleListing(_schedule(row), _workload(workload), baselines.get(key[:2]))
+            )
+        return listings, total
 
     def confirm_schedule(
         self,
@@ -540,6 +777,18 @@ class SqlScheduleStore(ScheduleStore):
             found = _records(session, query)
         return found[0] if found else None
 
+    def baselines_for(self, *, workload_keys: Collection[str]) -> list[MeasureRecord]:
+        found: list[MeasureRecord] = []
+        with session_scope(self._read) as session:
+            for chunk in _chunks(workload_keys):
+                query = (
+                    _records_query()
+                    .join(BaselineRow, BaselineRow.record_uid == RecordRow.uid)
+                    .where(BaselineRow.workload_key.in_(chunk))
+                )
+                found += _records(session, query)
+        return found
+
     def list_baselines(self, *, workload_key: str, target_key: str) -> list[MeasureRecord]:
         query = (
             _records_query()
@@ -550,6 +799,56 @@ class SqlScheduleStore(ScheduleStore):
         )
         with session_scope(self._read) as session:
             return _records(session, query)
+
+    # --- change feed ---------------------------------------------------------------------
+    def lookup_changes(self, since: ChangeMark | None = None) -> LookupChanges:
+        now = utc_now()
+        floor = record_floor(since)
+        with session_scope(self._read) as session:
+            records: list[tuple[int, str]] = []
+            if floor is None or since is None:
+                newest = int(session.scalar(select(func.max(RecordRow.id))) or 0)
+            else:
+                # Counted first: most reads find nothing new, and then no row is fetched
+                # (the serving processes' event loops share the interpreter with this).
+                count, top = session.execute(
+                    select(func.count(), func.max(RecordRow.id)).where(RecordRow.id > floor)
+                ).one()
+                newest = int(top or 0)
+                known = [i for i in since.seen_records if i > floor]
+                if count == len(known) and newest <= since.record_id:
+                    records = [(i, "") for i in sorted(known)]
+                else:
+                    query = (
+                        select(RecordRow.id, RecordRow.workload_key)
+                        .where(RecordRow.id > floor)
+                        .order_by(RecordRow.id)
+                        .limit(CHANGE_LOOKBACK_IDS + CHANGE_MAX_LISTED + 1)
+                    )
+                    records = [(int(i), str(k)) for i, k in session.execute(query)]
+            # The jobs table is small (no index on finished_at is needed).
+            jobs = [
+                (int(i), str(k), at)
+                for i, k, at in session.execute(
+                    select(JobRow.id, JobRow.workload_key, JobRow.finished_at).where(
+                        JobRow.finished_at >= jobs_floor(since, now)
+                    )
+                )
+                if at is not None
+            ]
+            models_row = session.execute(select(func.count(), func.max(ModelRow.id))).one()
+            keys_row = session.execute(
+                select(func.count(), func.max(ApiKeyRow.revoked_at)).select_from(ApiKeyRow)
+            ).one()
+        return changes_since(
+            since,
+            newest_record_id=newest,
+            records=records,
+            jobs=jobs,
+            models=(int(models_row[0]), int(models_row[1] or 0)),
+            api_keys=(int(keys_row[0]), str(keys_row[1] or "")),
+            now=now,
+        )
 
     # --- API keys ------------------------------------------------------------------------
     def create_api_key(
@@ -689,6 +988,46 @@ class SqlScheduleStore(ScheduleStore):
             blob = session.scalar(select(ModelRow.artifact).where(ModelRow.id == model_id))
             return None if blob is None else bytes(blob)
 
+    # --- shared autotuning results ----------------------------------------------------------
+    def put_autotune(self, result: AutotuneResult) -> tuple[AutotuneResult, bool]:
+        row = AutotuneRow(
+            cache_key=result.cache_key,
+            kernel=result.kernel,
+            key_doc=result.key_doc,
+            best_index=result.best_index,
+            timings_ms=[list(t) if t is not None else None for t in result.timings_ms],
+            api_key_id=result.api_key_id,
+            created_at=result.created_at,
+        )
+        try:
+            with session_scope(self._write) as session:
+                if session.get(AutotuneRow, result.cache_key) is None:
+                    session.add(row)
+                    session.flush()
+                    return result, True
+        except IntegrityError:
+            pass  # another writer stored this key between the read and the insert
+        found = self.get_autotune(result.cache_key)
+        if found is None:
+            raise RuntimeError(f"autotune result {result.cache_key} neither stored nor found")
+        return found, False
+
+    def get_autotune(self, cache_key: str) -> AutotuneResult | None:
+        with session_scope(self._read) as session:
+            row = session.get(AutotuneRow, cache_key)
+            if row is None:
+                return None
+            return AutotuneResult(
+                cache_key=row.cache_key,
+                key_doc=dict(row.key_doc),
+                best_index=row.best_index,
+                timings_ms=tuple(
+                    tuple(float(v) for v in t) if t is not None else None for t in row.timings_ms
+                ),
+                created_at=row.created_at,
+                api_key_id=row.api_key_id,
+            )
+
     # --- helpers ---------------------------------------------------------------------------
     def _check_queue(
         self,
@@ -696,6 +1035,9 @@ class SqlScheduleStore(ScheduleStore):
         api_key_id: int | None,
         key_limit: int | None,
         total_limit: int | None,
+        *,
+        priority: int = PERSON_PRIORITY,
+        priority_limit: int | None = None,
     ) -> None:
         """QueueFull if a new job would pass a limit. SQLite's write lock (taken at BEGIN)
         already serialises submissions; on PostgreSQL a transaction-scoped advisory lock does,
@@ -706,11 +1048,21 @@ class SqlScheduleStore(ScheduleStore):
         for_key = 0
         if api_key_id is not None and key_limit is not None:
             for_key = int(session.scalar(_count_jobs_query(ACTIVE_STATES, None, api_key_id)) or 0)
+        at_priority = 0
+        if priority_limit is not None:
+            at_priority = int(
+                session.scalar(
+                    _count_jobs_query(ACTIVE_STATES, None, None).where(JobRow.priority == priority)
+                )
+                or 0
+            )
         check_queue(
             for_key=for_key,
             key_limit=key_limit if api_key_id is not None else None,
             total=total,
             total_limit=total_limit,
+            at_priority=at_priority,
+            priority_limit=priority_limit,
         )
 
     def _insert(self, row: type[Base]) -> _Insert:
@@ -814,6 +1166,12 @@ class SqlScheduleStore(ScheduleStore):
 _QUEUE_LOCK = 0x7475_6E65_6875_62  # "tunehub"
 
 
+def _chunks(keys: Collection[str]) -> list[list[str]]:
+    """``keys`` (deduplicated, sorted) in lists of at most IN_CHUNK, for ``IN (...)`` reads."""
+    ordered = sorted(set(keys))
+    return [ordered[i : i + IN_CHUNK] for i in range(0, len(ordered), IN_CHUNK)]
+
+
 def _count_jobs_query(
     states: Sequence[JobState], target_keys: Collection[str] | None, api_key_id: int | None
 ) -> Select[int]:
@@ -874,6 +1232,15 @@ def _workload(row: WorkloadRow) -> Workload:
     )
 
 
+def _fastest_baselines() -> Select[str, str, float]:
+    """The fastest vendor-library time of each (workload, target)."""
+    return select(
+        BaselineRow.workload_key,
+        BaselineRow.target_key,
+        func.min(BaselineRow.median_secs).label("secs"),
+    ).group_by(BaselineRow.workload_key, BaselineRow.target_key)
+
+
 def _worker(row: WorkerRow) -> Worker:
     return Worker(
         worker_id=row.worker_id,
@@ -915,8 +1282,10 @@ def _job(row: JobRow, workload: Workload) -> Job:
         best_record_uid=row.best_record_uid,
         best_median_secs=row.best_median_secs,
         owner=row.owner,
+        lease_expires_at=row.lease_expires_at,
         tuning_secs=row.tuning_secs,
         api_key_id=row.api_key_id,
+        priority=row.priority,
     )
 
 

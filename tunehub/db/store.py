@@ -12,16 +12,27 @@ Contract, for every implementation:
 - ``commit_records`` is one transaction: the records, the jobs' progress, best so far and
   tuning time, and every Schedule the new records beat are written together or not at all.
 - Timestamps are timezone-aware UTC.
+- Jobs are held with leases (see docs/leases.md): ``claim_job`` (or ``create_job(claimed=True)``)
+  makes the caller the job's ``owner`` until ``lease_expires_at``; ``renew_leases`` extends it;
+  ``requeue_expired`` puts RUNNING jobs whose lease ended back in the queue. Writes that pass
+  ``owner`` (``commit_records``, ``set_job_state``) are fenced: they check, in their own
+  transaction, that the job is still that owner's, so a runner that lost its lease (presumed
+  dead, then back) cannot write for a job another runner now holds. The owner stays on a
+  finished job (its last holder may still store what was in flight when it was cancelled) and
+  is cleared only when the job goes back to the queue.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from tunehub.core import (
     ApiKey,
+    AutotuneResult,
     Config,
     Confirmation,
     Job,
@@ -37,6 +48,15 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.core.apikey import NO_LIMITS
+from tunehub.core.job import PERSON_PRIORITY
+from tunehub.core.owner import DEFAULT_LEASE_SECS
+
+if TYPE_CHECKING:  # common imports this module's listing types
+    from tunehub.db.common import ChangeMark, LookupChanges
+
+# Most keys in one ``IN (...)`` list: bulk reads are split in chunks of this many (SQLite
+# allows 32766 bound parameters, PostgreSQL 65535; smaller lists plan well on both).
+IN_CHUNK = 500
 
 
 class JobNotFound(LookupError):
@@ -54,10 +74,63 @@ class QueueFull(RuntimeError):
         self.active = active
 
 
+class LeaseLost(RuntimeError):
+    """A fenced write was refused: the job is no longer held by the caller (its lease expired
+    and the job went back to the queue, perhaps to another runner)."""
+
+    def __init__(self, job_id: int, owner: str, holder: str) -> None:
+        super().__init__(
+            f"job {job_id}: the lease of {owner!r} is lost"
+            + (f"; {holder!r} holds the job now" if holder else "; the job went back to the queue")
+        )
+        self.job_id = job_id
+        self.owner = owner
+        self.holder = holder
+
+
+class StoreUnavailable(RuntimeError):
+    """The database could not be reached (refused connections, a dropped connection, a lock
+    that timed out): the write may succeed if tried again later."""
+
+
 class ApiKeyNotFound(LookupError):
     def __init__(self, key: int | str) -> None:
         super().__init__(f"no API key {key}")
         self.key = key
+
+
+# The columns a schedule listing sorts on (``list_schedules``'s ``sort``).
+SCHEDULE_SORTS = (
+    "updated_at",
+    "confirmed_at",
+    "speedup",
+    "gflops",
+    "median_secs",
+    "workload",
+    "template",
+    "target",
+)
+
+
+@dataclass(frozen=True)
+class ScheduleListing:
+    """A stored schedule with its workload and the fastest vendor-library time for the same
+    (workload, target), None where no baseline was measured."""
+
+    schedule: Schedule
+    workload: Workload
+    baseline_secs: float | None
+
+    @property
+    def best_secs(self) -> float:
+        """The figure to quote: the confirmed re-timing where there is one."""
+        c = self.schedule.confirmation
+        return c.median_secs if c is not None else self.schedule.median_secs
+
+    @property
+    def speedup(self) -> float | None:
+        """Vendor library time over this schedule's (above 1: tunehub's kernel is faster)."""
+        return None if self.baseline_secs is None else self.baseline_secs / self.best_secs
 
 
 class ScheduleStore(ABC):
@@ -70,6 +143,11 @@ class ScheduleStore(ABC):
     def get_target(self, target_key: str) -> Target | None: ...
 
     @abstractmethod
+    def get_targets(self, target_keys: Collection[str]) -> dict[str, Target]:
+        """The stored targets among ``target_keys``, by key (unknown keys are left out), in a
+        bounded number of queries however many keys are asked."""
+
+    @abstractmethod
     def list_targets(self) -> list[Target]:
         """Every stored target, by kind then name then key."""
 
@@ -79,6 +157,11 @@ class ScheduleStore(ABC):
 
     @abstractmethod
     def get_workload(self, workload_key: str) -> Workload | None: ...
+
+    @abstractmethod
+    def get_workloads(self, workload_keys: Collection[str]) -> dict[str, Workload]:
+        """The stored workloads among ``workload_keys``, by key, in a bounded number of
+        queries."""
 
     # --- workers ---------------------------------------------------------------------------
     @abstractmethod
@@ -108,20 +191,26 @@ class ScheduleStore(ABC):
         *,
         claimed: bool = False,
         owner: str = "",
+        lease_secs: float = DEFAULT_LEASE_SECS,
         api_key_id: int | None = None,
         max_active_for_key: int | None = None,
         max_active_total: int | None = None,
+        priority: int = PERSON_PRIORITY,
+        max_active_at_priority: int | None = None,
     ) -> Job:
         """Store a new QUEUED job (its workload too) and return it with its id.
 
-        ``claimed=True`` stores it RUNNING (started now, owned by ``owner``) instead, for a
-        caller that runs the job itself (``tunehub tune``), so no job runner can claim it.
+        ``claimed=True`` stores it RUNNING (started now, owned by ``owner`` with a lease of
+        ``lease_secs``) instead, for a caller that runs the job itself (``tunehub tune``), so
+        no job runner can claim it while the caller renews the lease.
         The job's target must be stored first (``put_target``), else ValueError.
 
         ``api_key_id`` records the key that submitted it. With ``max_active_for_key`` (that
         key's jobs) or ``max_active_total`` (every job), QueueFull is raised instead when that
         many jobs are already queued or running; the count and the insert are one transaction,
-        so concurrent submissions cannot pass the limit together.
+        so concurrent submissions cannot pass the limit together. ``priority`` orders the queue
+        (``claim_job``); ``max_active_at_priority`` limits the active jobs of that same
+        priority (the jobs lookups queue) in the same way.
         """
 
     @abstractmethod
@@ -141,17 +230,46 @@ class ScheduleStore(ABC):
         states: Sequence[JobState] = (),
         target_keys: Collection[str] | None = None,
         api_key_id: int | None = None,
+        min_priority: int | None = None,
     ) -> int:
-        """Jobs in ``states`` (any), of ``target_keys`` and submitted by ``api_key_id`` (when
-        given)."""
+        """Jobs in ``states`` (any), of ``target_keys``, submitted by ``api_key_id`` and of
+        priority ``min_priority`` or higher (each when given)."""
+
+    @abstractmethod
+    def active_jobs(
+        self, *, workload_keys: Collection[str], target_keys: Collection[str]
+    ) -> list[Job]:
+        """QUEUED and RUNNING jobs of any of ``workload_keys`` on any of ``target_keys``,
+        oldest first, in a bounded number of queries."""
 
     @abstractmethod
     def claim_job(
-        self, *, owner: str = "", target_keys: Collection[str] | None = None
+        self,
+        *,
+        owner: str = "",
+        target_keys: Collection[str] | None = None,
+        lease_secs: float = DEFAULT_LEASE_SECS,
     ) -> Job | None:
-        """Atomically move the QUEUED job that has waited longest (for one of ``target_keys``,
-        if given) to RUNNING (started now, owned by ``owner``). A job joins the back of the
-        queue when it is created and each time it is moved back to QUEUED."""
+        """Atomically move a QUEUED job (for one of ``target_keys``, if given; of the highest
+        priority, the one that has waited longest) to RUNNING (started now, owned by
+        ``owner``, its lease ending ``lease_secs`` from now). A job joins the back of the
+        queue when it is created and each time it is moved back to QUEUED. Concurrent
+        claimers (threads, processes, hosts) never get the same job."""
+
+    @abstractmethod
+    def renew_leases(
+        self, owner: str, job_ids: Collection[int], *, lease_secs: float = DEFAULT_LEASE_SECS
+    ) -> set[int]:
+        """Extend to ``lease_secs`` from now the leases ``owner`` holds on ``job_ids`` (RUNNING
+        jobs owned by ``owner``) and return the ids renewed; the others are lost to the caller
+        (requeued, taken by another owner, finished, or unknown) and it must stop running
+        them. A lease that expired but was not requeued yet is renewed."""
+
+    @abstractmethod
+    def requeue_expired(self, *, now: datetime | None = None) -> list[int]:
+        """Move back to QUEUED (owner cleared) every RUNNING job whose lease ended before
+        ``now`` (default: now), or that has no lease; return their ids, ascending. The reaper
+        of every job runner calls it, so a job whose runner died is taken up by another."""
 
     @abstractmethod
     def set_job_state(
@@ -161,13 +279,16 @@ class ScheduleStore(ABC):
         *,
         error: str = "",
         only_from: Sequence[JobState] = (),
+        owner: str | None = None,
     ) -> Job:
         """Move a job to ``state`` with ``error`` and return it; raises JobNotFound.
 
-        With ``only_from``, the move happens only if the job is in one of those states, checked
-        and written in one transaction; otherwise the job is returned unchanged (compare its
-        state). QUEUED clears started_at, finished_at and the owner; RUNNING keeps or sets
-        started_at; finished states set finished_at and clear the owner.
+        With ``only_from``, the move happens only if the job is in one of those states, and
+        with ``owner`` only if ``owner`` holds it (fencing), checked and written in one
+        transaction; otherwise the job is returned unchanged (compare its state and owner).
+        QUEUED clears started_at, finished_at, the owner and the lease; RUNNING keeps or sets
+        started_at (and keeps the owner and lease); finished states set finished_at, end the
+        lease and keep the owner (who ran it last).
         """
 
     # --- records and schedules -------------------------------------------------------------
@@ -177,6 +298,7 @@ class ScheduleStore(ABC):
         records: Sequence[MeasureRecord],
         *,
         tuning_secs: Mapping[int, float] | None = None,
+        owner: str | None = None,
     ) -> int:
         """Store records in one transaction and update job progress and Schedules.
 
@@ -189,6 +311,10 @@ class ScheduleStore(ABC):
         record of a newer template version, or of the same version and strictly faster; a
         move clears the Schedule's confirmation. A record or ``tuning_secs`` entry whose job
         is not stored raises JobNotFound and nothing is stored.
+
+        With ``owner`` (fencing), every job named must be held by ``owner``, checked in the
+        same transaction: otherwise LeaseLost and nothing is stored. A job cancelled while
+        its owner ran it is still the owner's, so what was in flight is stored.
         """
 
     @abstractmethod
@@ -233,8 +359,33 @@ class ScheduleStore(ABC):
         """Schedules for this workload on any target of the family, fastest first."""
 
     @abstractmethod
+    def schedules_for(
+        self, *, workload_keys: Collection[str], family_keys: Collection[str]
+    ) -> dict[tuple[str, str], list[Schedule]]:
+        """Schedules of any of ``workload_keys`` on any target of any of ``family_keys``, by
+        (workload_key, family_key), each list fastest first (as ``family_schedules``), in a
+        bounded number of queries however many keys are asked: what a batch lookup reads for
+        all its items at once."""
+
+    @abstractmethod
     def target_schedules(self, *, target_key: str, template: str | None = None) -> list[Schedule]:
         """Every schedule on one target (for predicting unseen shapes), any order."""
+
+    @abstractmethod
+    def list_schedules(
+        self,
+        *,
+        target_key: str | None = None,
+        template: str | None = None,
+        dtype: str | None = None,
+        sort: str = "updated_at",
+        descending: bool = True,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[ScheduleListing], int]:
+        """One page of the stored schedules (filtered), sorted on a ``SCHEDULE_SORTS`` column
+        (ties by workload key, target key, template; schedules with no value for the column last),
+        and how many match in all. The page is cut by the store, never by the caller."""
 
     @abstractmethod
     def confirm_schedule(
@@ -272,6 +423,11 @@ class ScheduleStore(ABC):
         self, *, workload_key: str, target_key: str, template: str, config: Config
     ) -> MeasureRecord | None:
         """The Baseline's record for this library and config, or None."""
+
+    @abstractmethod
+    def baselines_for(self, *, workload_keys: Collection[str]) -> list[MeasureRecord]:
+        """Every Baseline's record of any of ``workload_keys`` (any target, library and
+        config), in a bounded number of queries."""
 
     @abstractmethod
     def list_baselines(self, *, workload_key: str, target_key: str) -> list[MeasureRecord]:
@@ -337,6 +493,23 @@ class ScheduleStore(ABC):
     @abstractmethod
     def model_artifact(self, model_id: int) -> bytes | None:
         """The artifact of model ``model_id``, or None if there is no such model."""
+
+    # --- shared autotuning results (tunehub.triton.autotune) -------------------------------
+    @abstractmethod
+    def put_autotune(self, result: AutotuneResult) -> tuple[AutotuneResult, bool]:
+        """Store ``result`` unless one is stored under its cache key (the first stays: every
+        process then runs the same config); returns the stored one and whether it is new."""
+
+    @abstractmethod
+    def get_autotune(self, cache_key: str) -> AutotuneResult | None: ...
+
+    @abstractmethod
+    def lookup_changes(self, since: ChangeMark | None = None) -> LookupChanges:
+        """What may have changed a lookup's answer since ``since`` (None: nothing; just a mark
+        to start from): the workloads with new records (so new schedules or baselines) or
+        finished jobs (so confirmations), whether models were registered and whether API keys
+        were made or revoked. Cheap: lookup caches in every serving process call it every
+        few hundred milliseconds. See ``ChangeMark`` for the limits of what it sees."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Dispose of connections."""

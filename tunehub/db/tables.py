@@ -151,8 +151,12 @@ class JobRow(Base):
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
-    # host:pid:start of the process running the job; "" unless RUNNING.
+    # host:pid:random of the job runner that holds (or last held) the job; "" while QUEUED.
+    # Its writes for the job are checked against this column (fencing).
     owner: Mapped[str] = mapped_column(String(OWNER_LENGTH), server_default="")
+    # When the owner's lease ends unless renewed; NULL unless RUNNING (NULL while RUNNING: a
+    # job from before leases, expired).
+    lease_expires_at: Mapped[datetime | None]
     # Seconds spent tuning over every run of the job (what budget.max_secs limits).
     tuning_secs: Mapped[float] = mapped_column(Float, server_default="0")
     # The key that submitted it (NULL: the CLI, or a job from before keys).
@@ -160,6 +164,9 @@ class JobRow(Base):
     # When it last joined the queue: runners take the longest-waiting job first, so a job
     # handed back after its time slice goes behind the others.
     queued_at: Mapped[datetime]
+    # Runners claim the highest priority first: people's jobs (0) before jobs that lookups
+    # queued (below 0), then the longest waiting.
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class RecordRow(Base):
@@ -284,6 +291,20 @@ class ModelRow(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime]
     artifact: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+
+
+class AutotuneRow(Base):
+    """A user kernel's shared autotuning result (``AutotuneResult``), by its cache key."""
+
+    __tablename__ = "autotune_results"
+
+    cache_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    kernel: Mapped[str] = mapped_column(String(256))
+    key_doc: Mapped[dict[str, Any]] = mapped_column(JSON)
+    best_index: Mapped[int] = mapped_column(Integer)
+    timings_ms: Mapped[list[Any]] = mapped_column(JSON)
+    api_key_id: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id"))
+    created_at: Mapped[datetime]
 
 
 def table(row: type[Base]) -> Table:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import math
 import secrets
 import time
@@ -125,14 +126,21 @@ def space_tiles(isa: str, dtype: str, target: Target) -> list[tuple[int, int]]:
     Smaller tiles load more operands per FMA and measure slower (16 x 1 zmm: 0.78x the 6 x 4
     tile at 127 x 5000 x 2048; 6 x 2 ymm 0.97x at 1024^3); dropping them keeps 40 random
     trials from spending themselves there."""
+    return list(_space_tiles(isa, dtype, target))
+
+
+# Every space (and every default config a lookup answers) needs the tiles: a few hundred
+# microseconds each time, the same for one target.
+@functools.lru_cache(maxsize=256)
+def _space_tiles(isa: str, dtype: str, target: Target) -> tuple[tuple[int, int], ...]:
     regs = vector_registers(isa, target)
     vl = ISA_VECTOR_BYTES[isa] // ELEMENT_BYTES[dtype]
-    return [
+    return tuple(
         (mr, nv * vl)
         for nv in range(1, MAX_NV + 1)
         for mr in range(1, MAX_MR + 1)
         if tile_fits(isa, mr, nv, target) and 8 * mr * nv >= 5 * regs
-    ]
+    )
 
 
 def model_tile(isa: str, dtype: str, target: Target) -> tuple[int, int]:
@@ -148,7 +156,10 @@ def model_tile(isa: str, dtype: str, target: Target) -> tuple[int, int]:
     return min(space_tiles(isa, dtype, target), key=cost)
 
 
-def _ladder(grid: Sequence[int], lo: float, hi: float, cap: int) -> tuple[int, ...]:
+# Pure, and asked with the same few arguments for every shape that shares a dimension (a
+# batch lookup's defaults, a model's layers): cached.
+@functools.lru_cache(maxsize=4096)
+def _ladder(grid: tuple[int, ...], lo: float, hi: float, cap: int) -> tuple[int, ...]:
     """Grid values in [lo, hi] (else the one nearest that range), capped to ``cap``."""
     inside = [v for v in grid if lo <= v <= hi]
     if not inside:

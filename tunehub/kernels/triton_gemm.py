@@ -1,10 +1,12 @@
 """The ``triton.gemm`` template: Triton GEMM kernels on NVIDIA GPUs, their space, build and run.
 
-The kernels (``triton_gemm_kernels``) come in four variants: ``tiled`` (one program per tile,
-optionally splitting K), ``persistent`` (a grid of one program per SM looping over tiles),
-``tma`` (persistent, operands through Hopper's TMA tensor descriptors) and ``ws`` (``tma``
-with warp specialisation). Knobs: ``variant``, ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``,
-``GROUP_M``, ``num_warps``, ``num_stages``, ``SPLIT_K``, ``FLATTEN``.
+The kernels (``triton_gemm_kernels``) come in five variants: ``tiled`` (one program per tile,
+optionally splitting K, its partials summed by a second kernel), ``persistent`` (a grid of one
+program per SM looping over tiles), ``tma`` (persistent, operands through Hopper's TMA tensor
+descriptors), ``ws`` (``tma`` with warp specialisation) and ``splitk`` (``tiled``'s split of K
+in one kernel: the last program to arrive at a tile reduces it). Knobs: ``variant``,
+``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M``, ``num_warps``, ``num_stages``, ``SPLIT_K``
+(``splitk`` needs >= 2), ``FLATTEN``.
 
 The space comes from the device's fingerprint (compute capability, SMs, shared memory per
 block, registers per SM) and the workload (tiles no larger than the problem, TMA alignment,
@@ -58,6 +60,45 @@ SPLIT_KS = (1, 2, 4, 8, 16, 32, 64)
 # Split-K pays only when the output tiles leave SMs idle: at most this many programs per SM.
 SPLIT_K_MAX_WAVES = 2
 DEFAULT_CAPABILITY = 80
+# Tile lists that production autotuners start from (facts about them, not their code), as
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); both run a one-tile-per-program kernel
+# like ``tiled`` with GROUP_M=8. Inductor's default mm configs (torch 2.11,
+# ``template_heuristics/triton.py``), in its order; those outside this space (BLOCK_K=16,
+# 2 warps, 1 stage) drop out:
+INDUCTOR_MM_TILES = (
+    (32, 32, 16, 2, 1),
+    (32, 32, 128, 4, 2),
+    (32, 64, 32, 8, 5),
+    (64, 32, 32, 8, 5),
+    (64, 32, 128, 4, 5),
+    (64, 64, 16, 4, 2),
+    (64, 64, 32, 4, 2),
+    (64, 64, 64, 8, 3),
+    (64, 64, 128, 4, 5),
+    (64, 128, 32, 4, 3),
+    (64, 128, 32, 8, 4),
+    (64, 128, 64, 4, 3),
+    (64, 128, 128, 4, 4),
+    (128, 64, 32, 4, 3),
+    (128, 64, 32, 8, 4),
+    (128, 128, 32, 8, 2),
+    (128, 128, 32, 4, 3),
+    (128, 128, 64, 4, 3),
+    (128, 128, 64, 8, 5),
+    (128, 128, 128, 8, 4),
+    (128, 256, 64, 8, 4),
+)
+# and the CUDA configs of Triton's matmul tutorial (03-matrix-multiplication.py).
+TRITON_TUTORIAL_TILES = (
+    (128, 256, 64, 8, 3),
+    (64, 256, 32, 4, 4),
+    (128, 128, 32, 4, 4),
+    (128, 64, 32, 4, 4),
+    (64, 128, 32, 4, 4),
+    (128, 32, 32, 4, 4),
+    (64, 32, 32, 2, 5),
+    (32, 64, 32, 2, 5),
+)
 LAYOUT = {"row_major": "row", "col_major": "col"}
 
 
@@ -89,7 +130,11 @@ class TritonGemmTemplate(Template):
     """``triton.gemm``: see the module docstring."""
 
     name = "triton.gemm"
-    version = 1
+    # 2: kernels specialised on the problem's sizes and strides, TMA descriptors built on the
+    # host, Inductor's and Triton's tile lists among the seeds (same knobs, faster kernels:
+    # records of version 1 time other code). The ``splitk`` variant only added points: every
+    # config spelled before it still times the same code, so records of version 2 stand.
+    version = 2
     device_kind = "cuda"
     baseline_template = "torch.matmul"
     # The slowest kernel worth waiting for: 50 GFLOP/s is far below any sane GPU config.
@@ -160,8 +205,8 @@ class TritonGemmTemplate(Template):
         def split(c: Config) -> bool:
             k_split = int(c["SPLIT_K"])
             if k_split == 1:
-                return True
-            if c["variant"] != "tiled":
+                return c["variant"] != "splitk"
+            if c["variant"] not in ("tiled", "splitk"):
                 return False
             tiles = math.ceil(workload.m / int(c["BLOCK_M"])) * math.ceil(
                 workload.n / int(c["BLOCK_N"])
@@ -291,7 +336,12 @@ class TritonGemmTemplate(Template):
             yield c("tiled", min(small_m, 64), 64, 128, 4, 5)
             yield c("tiled", 64, 64, 128, 4, 4)
         if tiles_64 < sms and k >= 8192:
-            # Few output tiles, long K: split it (64x64x128 s5 x 8 led at 256x256x65536).
+            # Few output tiles, long K: split it (64x64x128 s5 x 8 led at 256x256x65536). In
+            # one kernel first: on the H100 it beat the two-kernel split at the same tile and
+            # split on all four long-K shapes timed (1.04-2.8x, gpu_splitk-h100-20261124T045120).
+            for split in (8, 4, 16, 32, 2):
+                if tiles_64 * split <= SPLIT_K_MAX_WAVES * sms:
+                    yield c("splitk", 64, 64, 128, 4, 5, split=split)
             for split in (8, 4, 16, 2):
                 if tiles_64 * split <= SPLIT_K_MAX_WAVES * sms:
                     yield c("tiled", 64, 64, 128, 4, 5, split=split)
@@ -308,6 +358,10 @@ class TritonGemmTemplate(Template):
         yield c("tiled", 64, 64, 64, 4, 6)
         yield c("tiled", 64, 128, 64, 4, 4)
         yield c("tiled", 32, 64, 64, 4, 4)
+        # On the H100 Inductor's autotuning picked 64x128x128 w4 s4 (1024^3, 127x5000x2048)
+        # and 128x128x64 w8 s5 (2048^3) from the first list (benchmarks/notes/gpu_kernels_v2.md).
+        for bm, bn, bk, warps, stages in (*INDUCTOR_MM_TILES, *TRITON_TUTORIAL_TILES):
+            yield c("tiled", bm, bn, bk, warps, stages)
 
     # --- where and how it runs -----------------------------------------------------------------
     def cores_used(self, config: Config) -> int:
@@ -443,11 +497,12 @@ class TritonGemmTemplate(Template):
 
 
 def kernel_config(config: Config) -> dict[str, Any]:
-    """The config as the kernels take it: ``FLATTEN`` means nothing to ``tiled`` (the space
-    spells it False there), so it is left out, and ``PAD_K`` is the template's, not theirs."""
+    """The config as the kernels take it: ``FLATTEN`` means nothing to ``tiled`` and
+    ``splitk`` (the space spells it False there), so it is left out, and ``PAD_K`` is the
+    template's, not theirs."""
     data = config.to_dict()
     data.pop("PAD_K", None)
-    if data.get("variant") == "tiled":
+    if data.get("variant") in ("tiled", "splitk"):
         data.pop("FLATTEN", None)
     return data
 

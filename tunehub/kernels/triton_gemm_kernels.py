@@ -2,14 +2,20 @@
 
 ``C[m, n] = epilogue(A[m, k] @ B[k, n] + bias[n])``, accumulated in float32, for float16,
 bfloat16, float32 (tf32 or exact ieee dot) and float8 e4m3 operands (C in float16), with A and
-B row- or column-major and C row-major. Four variants:
+B row- or column-major and C row-major. Five variants:
 
 - ``tiled``: one program per output tile in grouped (L2-friendly) order; ``SPLIT_K > 1`` splits
   K over programs that write fp32 partials to a workspace, and a second kernel sums them in a
   fixed order (deterministic) and applies the epilogue once.
+- ``splitk``: ``tiled``'s split of K (``SPLIT_K >= 2``) in one launch: the program that
+  arrives last at a tile (an int32 counter per tile, reset by that program) sums the tile's
+  fp32 partials in a fixed order, applies the epilogue once and stores C. Its workspace and
+  counters are cached per device and stream, so a call allocates and clears nothing.
 - ``persistent``: ``min(#tiles, NUM_SMS)`` programs that loop over tiles.
-- ``tma``: persistent, operands loaded through device-side TMA tensor descriptors (Hopper+).
-- ``ws``: ``tma`` with ``tl.range(..., warp_specialize=True)`` on the tile loop, which Triton
+- ``tma``: persistent, operands loaded through TMA tensor descriptors (Hopper+), built on the
+  host and passed by value.
+- ``ws``: ``tma`` (descriptors built in the kernel: host-side ones hung it) with
+  ``tl.range(..., warp_specialize=True)`` on the tile loop, which Triton
   3.6 turns into a producer warpgroup and two wgmma consumer warpgroups on sm_90, but only
   for an unflattened loop, ``num_warps=4`` and BLOCK_M >= 64 (otherwise it silently compiles
   plain ``tma``), and it fails or computes NaN outside the limits ``config_problem`` and
@@ -26,10 +32,11 @@ Precompilation (``precompile``) compiles exactly what a later ``gemm``/``bind`` 
 same problem will ask for into ``TRITON_CACHE_DIR``, in a process that needs no GPU; the launch
 in another process that shares the cache then loads the binary instead of compiling. It relies
 on the launch seeing the same specialisation, which ``bind`` guarantees for operands it accepts:
-strides are canonicalised (a size-1 dimension's stride is set to its dense value), integer
-arguments specialise on ``== 1`` and ``% 16`` from the shape alone, and pointers are assumed
-16-byte aligned (true of fresh torch allocations; an offset view would compile a second,
-correct binary at launch).
+the problem's sizes and strides are compile-time constants (as Inductor bakes them into its
+templates: the K loop's trip count, the wrap of partial tiles and the address arithmetic fold
+away), strides are canonicalised (a size-1 dimension's stride is set to its dense value), and
+pointers are assumed 16-byte aligned (true of fresh torch allocations; an offset view would
+compile a second, correct binary at launch). So one binary serves one problem shape.
 """
 
 # Triton kernels take no Python annotations (Triton reads them as its own type hints), so the
@@ -76,6 +83,7 @@ from tunehub.kernels.triton_gemm_limits import (
     flatten,
     regs_per_thread,
     smem_bytes,
+    splitk_workspace_elems,
     tolerance,
     variant_problem,
     variants,
@@ -114,6 +122,19 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def _load_offsets(pid, SIZE: tl.constexpr, BLOCK: tl.constexpr):
+    # Rows (or columns) of an operand tile. Past the edge they wrap round to valid ones, so
+    # the loads need no M/N mask (the store drops them); where the tiles divide the size
+    # nothing wraps and the hints tell the compiler the offsets are whole aligned runs.
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    if SIZE % BLOCK == 0:
+        offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)
+    else:
+        offs = offs % SIZE
+    return offs
+
+
+@triton.jit
 def _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE: tl.constexpr):
     if EPILOGUE != "none":
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
@@ -139,14 +160,14 @@ def _gemm_tiled_kernel(
     c_ptr,
     bias_ptr,
     ws_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
+    M: tl.constexpr,
+    N: tl.constexpr,
+    K: tl.constexpr,
+    stride_am: tl.constexpr,
+    stride_ak: tl.constexpr,
+    stride_bk: tl.constexpr,
+    stride_bn: tl.constexpr,
+    stride_cm: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -161,10 +182,8 @@ def _gemm_tiled_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = _tile_coords(pid, num_pid_m, num_pid_n, GROUP_M)
-    # Rows and columns past the edge wrap round to valid ones, so the loads need no M/N mask
-    # (the store drops them); `% M` keeps the contiguity Triton derives when M % 16 == 0.
-    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_am = _load_offsets(pid_m, M, BLOCK_M)
+    offs_bn = _load_offsets(pid_n, N, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     k_tiles = tl.cdiv(K, BLOCK_K)
     if SPLIT_K == 1:
@@ -175,21 +194,22 @@ def _gemm_tiled_kernel(
         tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
         kt_start = pid_k * tiles_per_split
         kt_end = tl.minimum(kt_start + tiles_per_split, k_tiles)
-    offs_kk = kt_start * BLOCK_K + offs_k
-    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_kk[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_kk[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+    # Addresses from the loop index rather than pointers stepped each iteration: with the
+    # sizes constant, the compiler folds them (as in Inductor's template).
+    a_rows = a_ptr + offs_am[:, None] * stride_am
+    b_cols = b_ptr + offs_bn[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in range(kt_start, kt_end):
+        offs_kk = kt * BLOCK_K + offs_k
+        a_ptrs = a_rows + offs_kk[None, :] * stride_ak
+        b_ptrs = b_cols + offs_kk[:, None] * stride_bk
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
         else:
-            k_left = K - kt * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            a = tl.load(a_ptrs, mask=offs_kk[None, :] < K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_kk[:, None] < K, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if SPLIT_K == 1:
@@ -206,9 +226,9 @@ def _splitk_reduce_kernel(
     ws_ptr,
     c_ptr,
     bias_ptr,
-    M,
-    N,
-    stride_cm,
+    M: tl.constexpr,
+    N: tl.constexpr,
+    stride_cm: tl.constexpr,
     SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -231,19 +251,99 @@ def _splitk_reduce_kernel(
 
 
 @triton.jit
+def _gemm_splitk_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    bias_ptr,
+    ws_ptr,
+    counts_ptr,
+    M: tl.constexpr,
+    N: tl.constexpr,
+    K: tl.constexpr,
+    stride_am: tl.constexpr,
+    stride_ak: tl.constexpr,
+    stride_bk: tl.constexpr,
+    stride_bn: tl.constexpr,
+    stride_cm: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    # Split-K in one launch: every program writes its K slice's fp32 partial tile to its own
+    # workspace slot and counts itself in at the tile's counter; the program that arrives
+    # last sums the tile's SPLIT_K slots in slot order (the same bits whichever program that
+    # is), applies the epilogue once, casts and stores C, and sets the counter back to zero,
+    # so the counters stay zeroed between launches and no call needs a memset.
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = _tile_coords(pid, num_pid_m, num_pid_n, GROUP_M)
+    offs_am = _load_offsets(pid_m, M, BLOCK_M)
+    offs_bn = _load_offsets(pid_n, N, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    # Whole BLOCK_K tiles per split (EVEN_K holds in every split alike); with an uneven
+    # share the last splits get fewer tiles, or none, and count in with a zero partial.
+    tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
+    kt_start = pid_k * tiles_per_split
+    kt_end = tl.minimum(kt_start + tiles_per_split, k_tiles)
+    a_rows = a_ptr + offs_am[:, None] * stride_am
+    b_cols = b_ptr + offs_bn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kt in range(kt_start, kt_end):
+        offs_kk = kt * BLOCK_K + offs_k
+        a_ptrs = a_rows + offs_kk[None, :] * stride_ak
+        b_ptrs = b_cols + offs_kk[:, None] * stride_bk
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=offs_kk[None, :] < K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_kk[:, None] < K, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    # A tile's slots are adjacent (slot = tile * SPLIT_K + split) and whole tiles, so the
+    # partial stores and the reducer's loads need no masks.
+    slot_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tile_ws = ws_ptr + pid.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+    tl.store(tile_ws + pid_k * (BLOCK_M * BLOCK_N) + slot_offs, acc)
+    # Every thread's partial is written before one thread counts the program in (the atomic
+    # is acq_rel at GPU scope, so the last arrival sees every earlier program's partial).
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counts_ptr + pid, 1)
+    if arrived == SPLIT_K - 1:
+        tl.debug_barrier()
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for s in range(SPLIT_K):
+            # .cg: read through L2, where the other SMs' partials are, not a stale L1.
+            acc += tl.load(tile_ws + s * (BLOCK_M * BLOCK_N) + slot_offs, cache_modifier=".cg")
+        tl.atomic_xchg(counts_ptr + pid, 0)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
+        _store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm)
+
+
+@triton.jit
 def _gemm_persistent_kernel(
     a_ptr,
     b_ptr,
     c_ptr,
     bias_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
+    M: tl.constexpr,
+    N: tl.constexpr,
+    K: tl.constexpr,
+    stride_am: tl.constexpr,
+    stride_ak: tl.constexpr,
+    stride_bk: tl.constexpr,
+    stride_bn: tl.constexpr,
+    stride_cm: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -267,8 +367,8 @@ def _gemm_persistent_kernel(
     tile_id_c = start_pid - NUM_SMS
     for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-        offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        offs_am = _load_offsets(pid_m, M, BLOCK_M)
+        offs_bn = _load_offsets(pid_n, N, BLOCK_N)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kt in range(k_tiles):
             offs_kk = kt * BLOCK_K + offs_k
@@ -291,20 +391,21 @@ def _gemm_persistent_kernel(
 
 @triton.jit
 def _gemm_tma_kernel(
-    a_ptr,
-    b_ptr,
+    a_desc,
+    b_desc,
     c_ptr,
     bias_ptr,
-    M,
-    N,
-    K,
-    lda,
-    ldb,
-    stride_cm,
+    M: tl.constexpr,
+    N: tl.constexpr,
+    K: tl.constexpr,
+    stride_cm: tl.constexpr,
+    LDA: tl.constexpr,
+    LDB: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    DEVICE_DESC: tl.constexpr,
     A_COL: tl.constexpr,
     B_COL: tl.constexpr,
     NUM_SMS: tl.constexpr,
@@ -313,25 +414,32 @@ def _gemm_tma_kernel(
     WARP_SPECIALIZE: tl.constexpr,
     FLATTEN: tl.constexpr,
 ):
-    # TMA needs the innermost dimension contiguous: a column-major operand is described as
-    # its row-major transpose and each loaded tile is transposed back (a view, not a copy).
-    # Out-of-bounds boxes are zero-filled, so no masks are needed on the loads.
-    if A_COL:
-        a_desc = tl.make_tensor_descriptor(
-            a_ptr, shape=[K, M], strides=[lda, 1], block_shape=[BLOCK_K, BLOCK_M]
-        )
-    else:
-        a_desc = tl.make_tensor_descriptor(
-            a_ptr, shape=[M, K], strides=[lda, 1], block_shape=[BLOCK_M, BLOCK_K]
-        )
-    if B_COL:
-        b_desc = tl.make_tensor_descriptor(
-            b_ptr, shape=[N, K], strides=[ldb, 1], block_shape=[BLOCK_N, BLOCK_K]
-        )
-    else:
-        b_desc = tl.make_tensor_descriptor(
-            b_ptr, shape=[K, N], strides=[ldb, 1], block_shape=[BLOCK_K, BLOCK_N]
-        )
+    # The descriptors are built on the host (``_descriptor``) and passed by value: building
+    # them in the kernel cost every program a global write and a proxy fence before its first
+    # load, about a microsecond a call (benchmarks/notes/gpu_kernels_v2.md). TMA needs the
+    # innermost dimension contiguous: a column-major operand is described as its row-major
+    # transpose and each loaded tile is transposed back (a view, not a copy). Out-of-bounds
+    # boxes are zero-filled, so no masks are needed on the loads.
+    if DEVICE_DESC:
+        # `ws` gets the operands' pointers and builds the descriptors here, as before: with
+        # host-side descriptors Triton 3.6's Hopper warp-specialised loop never finished (the
+        # first ws case of the H100 check matrix hung in synchronize, 2026-11-24).
+        if A_COL:
+            a_desc = tl.make_tensor_descriptor(
+                a_desc, shape=[K, M], strides=[LDA, 1], block_shape=[BLOCK_K, BLOCK_M]
+            )
+        else:
+            a_desc = tl.make_tensor_descriptor(
+                a_desc, shape=[M, K], strides=[LDA, 1], block_shape=[BLOCK_M, BLOCK_K]
+            )
+        if B_COL:
+            b_desc = tl.make_tensor_descriptor(
+                b_desc, shape=[N, K], strides=[LDB, 1], block_shape=[BLOCK_N, BLOCK_K]
+            )
+        else:
+            b_desc = tl.make_tensor_descriptor(
+                b_desc, shape=[K, N], strides=[LDB, 1], block_shape=[BLOCK_K, BLOCK_N]
+            )
     start_pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -428,12 +536,12 @@ class _Problem:
 def _launches(
     problem: _Problem,
     config: Mapping[str, Any],
-    ptrs: tuple[Any, Any, Any, Any, Any],
+    ptrs: tuple[Any, Any, Any, Any, Any, Any],
     num_sms: int,
 ) -> list[_Launch]:
     """The kernel launches of one GEMM: the one place both ``bind`` and ``precompile`` get
     their kernel arguments from, so the two specialise identically."""
-    a, b, c, bias, ws = ptrs
+    a, b, c, bias, ws, counts = ptrs
     m, n, k = problem.m, problem.n, problem.k
     variant = config["variant"]
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
@@ -479,6 +587,15 @@ def _launches(
                 )
             )
         return launches
+    if variant == "splitk":
+        return [
+            _Launch(
+                _gemm_splitk_kernel,
+                (tiles, split_k),
+                (a, b, c, bias, ws, counts, *scalars),
+                {**common, "SPLIT_K": split_k, "EVEN_K": even_k, **options},
+            )
+        ]
     grid = (min(tiles, num_sms),)
     if variant == "persistent":
         kwargs = {
@@ -495,12 +612,30 @@ def _launches(
         "B_COL": problem.b_layout == "col",
         "NUM_SMS": num_sms,
         "WARP_SPECIALIZE": variant == "ws",
+        "DEVICE_DESC": variant == "ws",
         "FLATTEN": flatten(config),
         **options,
     }
     lda = sak if problem.a_layout == "col" else sam
     ldb = sbn if problem.b_layout == "col" else sbk
-    return [_Launch(_gemm_tma_kernel, grid, (a, b, c, bias, m, n, k, lda, ldb, n), kwargs)]
+    a_desc, b_desc = a, b  # ws: the kernel builds its descriptors from the pointers
+    if variant == "tma":
+        a_col, b_col = problem.a_layout == "col", problem.b_layout == "col"
+        a_desc = _descriptor(
+            a, [k, m] if a_col else [m, k], [lda, 1], [bk, bm] if a_col else [bm, bk]
+        )
+        b_desc = _descriptor(
+            b, [n, k] if b_col else [k, n], [ldb, 1], [bn, bk] if b_col else [bk, bn]
+        )
+    args = (a_desc, b_desc, c, bias, m, n, k, n, lda, ldb)
+    return [_Launch(_gemm_tma_kernel, grid, args, kwargs)]
+
+
+def _descriptor(base: Any, shape: list[int], strides: list[int], block: list[int]) -> Any:
+    """A host-side TMA descriptor of ``base`` (a tensor, or precompile's stand-in for one)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(base, shape, strides, block)
 
 
 def _checked_config(config: Mapping[str, Any], dtype: str) -> dict[str, Any]:
@@ -511,7 +646,7 @@ def _checked_config(config: Mapping[str, Any], dtype: str) -> dict[str, Any]:
 
 
 def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    # Device-side TMA descriptors are written to global scratch the launch asks for.
+    # Device-side TMA descriptors (``ws``) are written to global scratch the launch asks for.
     del alignment, stream
     return torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
 
@@ -525,6 +660,7 @@ class GemmLaunch:
     launches: tuple[_Launch, ...]
     workspace: torch.Tensor | None = None
     needs_allocator: bool = False
+    counts: torch.Tensor | None = None
 
     def __call__(self) -> torch.Tensor:
         if not _interpreting():
@@ -556,7 +692,9 @@ def bind(
     row-major contiguous of ``OUT_DTYPE``; ``bias`` length N of ``out``'s dtype, given exactly
     when ``epilogue`` is not ``"none"``. ``num_sms`` (persistent variants) defaults to the
     device's SM count; ``workspace`` (split-K) to a fresh allocation of
-    ``workspace_bytes``. Raises ValueError on anything the kernels cannot take.
+    ``workspace_bytes`` (``tiled``) or to the buffer cached for this device and stream
+    (``splitk``, whose tile counters always come from that cache). Raises ValueError on
+    anything the kernels cannot take.
     """
     name = dtype_name(a.dtype)
     if b.dtype != a.dtype:
@@ -610,7 +748,10 @@ def bind(
         else:
             num_sms = _INTERPRETER_NUM_SMS
     split_k = cfg["SPLIT_K"]
-    if split_k > 1:
+    counts = None
+    if cfg["variant"] == "splitk":
+        workspace, counts = _splitk_buffers(device, m, n, cfg, workspace)
+    elif split_k > 1:
         need = (split_k, m, n)
         if workspace is None:
             workspace = torch.empty(need, dtype=torch.float32, device=device)
@@ -623,10 +764,51 @@ def bind(
     problem = _Problem(
         m, n, k, name, epilogue, allow_tf32, (sam, sak), (sbk, sbn), a_layout, b_layout
     )
-    launches = _launches(problem, cfg, (a, b, out, bias, workspace), num_sms)
+    launches = _launches(problem, cfg, (a, b, out, bias, workspace, counts), num_sms)
     return GemmLaunch(
-        out, tuple(launches), workspace, needs_allocator=cfg["variant"] in _DESCRIPTOR_VARIANTS
+        out, tuple(launches), workspace, needs_allocator=cfg["variant"] == "ws", counts=counts
     )
+
+
+# The one-kernel split-K's fp32 partial slots and int32 tile counters, per (device, stream)
+# of the binding: every launch leaves the counters at zero, so launches one after another on
+# a stream share them (a memset only when a buffer is first made or grows); launches on
+# different streams get their own, as they may run at once. A buffer outgrown is kept, not
+# freed: a CUDA graph captured earlier may still launch on it. Sizes grow by powers of two, so
+# what is kept stays under twice the largest.
+_SPLITK_BUFFERS: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
+_SPLITK_OUTGROWN: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+
+def _splitk_buffers(
+    device: torch.device,
+    m: int,
+    n: int,
+    config: Mapping[str, Any],
+    workspace: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    need = splitk_workspace_elems(m, n, config)
+    tiles = triton.cdiv(m, config["BLOCK_M"]) * triton.cdiv(n, config["BLOCK_N"])
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), int(stream))
+    cached = _SPLITK_BUFFERS.get(key)
+    if cached is None or cached[0].numel() < need or cached[1].numel() < tiles:
+        if cached is not None:
+            _SPLITK_OUTGROWN.append(cached)
+        size = max(triton.next_power_of_2(need), cached[0].numel() if cached else 0)
+        slots = max(triton.next_power_of_2(tiles), cached[1].numel() if cached else 0)
+        cached = (
+            torch.empty(size, dtype=torch.float32, device=device),
+            torch.zeros(slots, dtype=torch.int32, device=device),
+        )
+        _SPLITK_BUFFERS[key] = cached
+    if workspace is None:
+        return cached
+    if workspace.dtype != torch.float32 or workspace.numel() < need:
+        raise ValueError(f"workspace must hold {need} float32, got {workspace}")
+    if not workspace.is_contiguous() or workspace.device != device:
+        raise ValueError("workspace must be contiguous and on the operands' device")
+    return workspace, cached[1]
 
 
 def gemm(
@@ -804,6 +986,7 @@ def precompile(
         _FakeTensor(out_dtype),
         _FakeTensor(out_dtype) if epilogue != "none" else None,
         _FakeTensor(torch.float32) if cfg["SPLIT_K"] > 1 else None,
+        _FakeTensor(torch.int32) if cfg["variant"] == "splitk" else None,
     )
     target = GPUTarget("cuda", capability, 32)
     hits: list[bool] = []

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
@@ -20,11 +22,14 @@ from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.registry import TEMPLATES, get_template
 from tunehub.service import dashboard
 from tunehub.service.auth import API_KEY_HEADER
+from tunehub.service.lookup_cache import FastLookup, LookupCache
 from tunehub.service.redact import printable
+from tunehub.service.routes_autotune import router as autotune_router
 from tunehub.service.routes_jobs import router as jobs_router
 from tunehub.service.routes_models import router as models_router
 from tunehub.service.routes_schedules import router as schedules_router
 from tunehub.service.routes_targets import router as targets_router
+from tunehub.service.routes_workers import router as workers_router
 from tunehub.service.runner import JobRunner
 from tunehub.service.schemas import HealthOut
 from tunehub.service.security import BodyLimit, CrossSiteCheck, HostCheck, SecurityHeaders
@@ -74,6 +79,30 @@ def start_workers(
     return aliases
 
 
+def start_ray_workers(runner: JobRunner, settings: Settings) -> None:
+    """Measure through the Ray cluster at ``settings.ray_address``: its tunehub actors
+    become the runner's workers (Ray is imported here only)."""
+    from tunehub.workers.ray_measurer import RayCluster, node_resources
+
+    address = settings.ray_address or "local"
+    cluster = RayCluster(
+        address,
+        options={
+            "timing": TimingPolicy(
+                min_secs=settings.min_repeat_secs, max_repeats=settings.max_repeats
+            ),
+            "timeout_secs": settings.measure_timeout_secs,
+            "max_candidate_secs": settings.max_candidate_secs,
+            "build_timeout_secs": settings.build_timeout_secs,
+            "builders": settings.builders,
+            "build_cache_max_bytes": settings.build_cache_max_bytes,
+        },
+        resources=node_resources(cpu=True, gpus=settings.gpu_indices()),
+    )
+    log.info("measuring through the Ray cluster at %s", address)
+    runner.attach_cluster(cluster)
+
+
 def trainables(store: ScheduleStore) -> list[Trainable]:
     """Every (target family, tunable template of its kind, template version) the store has
     targets for: what the background trainer keeps models of."""
@@ -87,6 +116,33 @@ def trainables(store: ScheduleStore) -> list[Trainable]:
             label = f"{target.kind} {target.name} [{' '.join(target.arch)}]"
             found.setdefault(key, Trainable(*key, target_label=label))
     return list(found.values())
+
+
+def claim_runner(lock_path: Path) -> int | None:
+    """Take the lock naming the one process of ``tunehub serve --workers N`` that runs jobs
+    and trains models: an open file descriptor holding it (kept open for the process's life;
+    the OS frees it when the process ends), or None when another process holds it."""
+    import fcntl
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def serve_app() -> FastAPI:
+    """The app of one ``tunehub serve --workers N`` process (uvicorn's factory): settings
+    from the environment, which ``tunehub serve`` fills in before starting the workers."""
+    # A spawned worker does not inherit the CLI's logging set-up.
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("tunehub").setLevel(logging.INFO)
+    return create_app(Settings())
 
 
 def create_app(
@@ -111,24 +167,40 @@ def create_app(
         # Stored once here, so lookups (the compilers' hot path) never write.
         app.state.store.put_target(local_cpu_target())
         app.state.local_targets = {LOCAL_CPU: local_cpu_target()}
+        # Several serving processes: only the one holding the lock runs jobs and trains.
+        lock_fd: int | None = None
+        runs_jobs, trains = settings.run_jobs, settings.train_models
+        if settings.workers > 1 and (runs_jobs or trains):
+            lock_fd = claim_runner(settings.home / "serve.lock")
+            if lock_fd is None:
+                runs_jobs = trains = False
+            log.info("process %d: job runner and trainer %s", os.getpid(),
+                     "here" if lock_fd is not None else "in another process")  # fmt: skip
         runner: JobRunner | None = None
-        if settings.run_jobs:
+        if runs_jobs:
             runner = JobRunner(
                 app.state.store,
                 slice_secs=settings.job_slice_secs,
                 build_dir=settings.build_dir,
                 min_free_bytes=settings.min_free_bytes,
                 health_secs=settings.health_check_secs,
+                lease_secs=settings.lease_secs,
+                db_outage_secs=settings.db_outage_secs,
+                replica_id=settings.replica_id,
             )
-            app.state.local_targets = start_workers(
-                runner, settings, measurer_factory or local_measurer_factory(settings)
-            )
+            if settings.ray_address:
+                start_ray_workers(runner, settings)
+            else:
+                app.state.local_targets = start_workers(
+                    runner, settings, measurer_factory or local_measurer_factory(settings)
+                )
             runner.start()
         app.state.runner = runner
         models = ModelCache(app.state.store)
         app.state.models = models
         trainer: GlobalTrainer | None = None
-        if settings.train_models:
+        lookup_cache.start(app.state.store, on_models=[models.forget_latest])
+        if trains:
             store_ = app.state.store
             trainer = GlobalTrainer(
                 store_,
@@ -142,10 +214,15 @@ def create_app(
         try:
             yield
         finally:
+            lookup_cache.stop()
             if trainer is not None:
                 trainer.stop()
             if runner is not None:
                 runner.stop()
+                if runner.cluster is not None:
+                    runner.cluster.close()
+            if lock_fd is not None:
+                os.close(lock_fd)
             if owned:
                 app.state.store.close()
 
@@ -156,6 +233,10 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
+    lookup_cache = LookupCache(
+        max_entries=settings.lookup_cache_entries, refresh_secs=settings.lookup_refresh_secs
+    )
+    app.state.lookup_cache = lookup_cache
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -226,10 +307,13 @@ def create_app(
     app.include_router(jobs_router)
     app.include_router(schedules_router)
     app.include_router(targets_router)
+    app.include_router(workers_router)
     app.include_router(models_router)
+    app.include_router(autotune_router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)
-    # Outermost last: headers on every answer, then hosts, cross-site writes, CORS, bodies.
+    # Outermost last: headers on every answer, then hosts, cached lookups, cross-site writes,
+    # CORS, bodies.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        timeout_secs=settings.body_timeout_secs)  # fmt: skip
     if settings.cors_origins:
@@ -240,6 +324,8 @@ def create_app(
             allow_headers=[API_KEY_HEADER, "Authorization", "Content-Type"],
         )
     app.add_middleware(CrossSiteCheck, cors_origins=settings.cors_origins)
+    # Cached single lookups are answered here: inside the host check and the headers.
+    app.add_middleware(FastLookup, cache=lookup_cache, read_requires_key=settings.read_requires_key)
     app.add_middleware(HostCheck, allowed=settings.allowed_hosts)
     app.add_middleware(SecurityHeaders)
     return app

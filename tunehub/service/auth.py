@@ -22,7 +22,7 @@ from tunehub.core.apikey import matches, parse_api_key
 from tunehub.db.store import ScheduleStore
 
 API_KEY_HEADER = "X-API-Key"
-_STATE = "tunehub.api_key"  # where a checked key is kept for the request's dependencies
+KEY_STATE = "tunehub.api_key"  # where a checked key is kept for the request's dependencies
 _CREATE_HINT = "an operator makes one with `tunehub keys create --scope {scope}`"
 
 api_key_header = APIKeyHeader(
@@ -80,13 +80,13 @@ def check_key(store: ScheduleStore, token: str | None, needed: Scope, action: st
 def authorize(request: Request, needed: Scope, action: str) -> ApiKey | None:
     """Check the request's key for ``needed`` once per request (the answer is kept). Reads
     need no key unless ``read_requires_key`` is set; then None is returned for open reads."""
-    known = request.scope.get(_STATE)
+    known = request.scope.get(KEY_STATE)
     if known is not None and known.scope.allows(needed):
         return known  # type: ignore[no-any-return]
     if needed is Scope.READ and not request.app.state.settings.read_requires_key:
         return None
     key = check_key(request.app.state.store, presented_key(request), needed, action)
-    request.scope[_STATE] = key
+    request.scope[KEY_STATE] = key
     return key
 
 
@@ -107,8 +107,14 @@ class KeyGuard:
 
 class _ReadGuard(KeyGuard):
     # Reads are open by default: no security scheme in the OpenAPI document for them.
-    def __call__(self, request: Request) -> ApiKey | None:  # type: ignore[override]
-        return authorize(request, self.scope, self.action)
+    # Async, so an open read (or one whose key KeyedRoute checked) takes no thread-pool hop.
+    async def __call__(self, request: Request) -> ApiKey | None:  # type: ignore[override]
+        if not request.app.state.settings.read_requires_key:
+            return None
+        known = request.scope.get(KEY_STATE)
+        if known is not None and known.scope.allows(self.scope):
+            return known  # type: ignore[no-any-return]
+        return await run_in_threadpool(authorize, request, self.scope, self.action)
 
 
 def needs_key(scope: Scope, action: str) -> Any:

@@ -1,4 +1,4 @@
-"""Dashboard: the HTML page routes (jobs list, job page, models) and the /static mount they load."""
+"""Dashboard: the HTML page routes (jobs, workers, schedules, models) and their /static mount."""
 
 from __future__ import annotations
 
@@ -33,6 +33,18 @@ def jobs_page() -> FileResponse:
 def models_page() -> FileResponse:
     """The cost models and their held-out metrics; the page fetches ``/api/v1/models``."""
     return _page("models.html")
+
+
+@router.get("/workers")
+def workers_page() -> FileResponse:
+    """Every worker by target with its live state; the page polls ``/api/v1/workers``."""
+    return _page("workers.html")
+
+
+@router.get("/schedules")
+def schedules_page() -> FileResponse:
+    """The stored schedules, filtered and sorted; the page pages ``/api/v1/schedules``."""
+    return _page("schedules.html")
 
 
 @router.get("/jobs/{job_id}")

@@ -6,7 +6,7 @@ millisecond each on the 2-core VM."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -58,6 +58,29 @@ def resolve_target(
         return local_cpu_target()  # stored once when the app starts
     target_or_none = store.get_target(name)
     if target_or_none is None:
-        aliases = ", ".join(sorted({LOCAL_CPU, *(local or {})}))
-        raise InvalidSpec(field, f"unknown target {name!r}: use {aliases} or a stored target key")
+        raise InvalidSpec(field, unknown_target_reason(name, local))
     return target_or_none
+
+
+def resolve_targets(
+    store: ScheduleStore, names: Collection[str], *, local: Mapping[str, Target] | None = None
+) -> dict[str, Target]:
+    """``resolve_target`` for many names at once (one store read for the stored keys); names
+    that name no target are left out."""
+    found: dict[str, Target] = {}
+    stored: set[str] = set()
+    for name in names:
+        if local and name in local:
+            found[name] = local[name]
+        elif name == LOCAL_CPU:
+            found[name] = local_cpu_target()
+        else:
+            stored.add(name)
+    if stored:
+        found.update(store.get_targets(stored))
+    return found
+
+
+def unknown_target_reason(name: str, local: Mapping[str, Target] | None = None) -> str:
+    aliases = ", ".join(sorted({LOCAL_CPU, *(local or {})}))
+    return f"unknown target {name!r}: use {aliases} or a stored target key"

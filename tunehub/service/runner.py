@@ -8,6 +8,12 @@ Jobs share a device fairly: after its time slice a job whose target has other jo
 handed back to the queue (behind them) and resumes later from its stored records. The runner
 also watches its environment (the build dir can take files, the database takes writes); while
 either fails it is degraded, says why, and claims no new job.
+
+Several runners (``tunehub serve`` replicas on one database, on one host or many) share the
+queue through leases: each runner is an owner; it claims a job with a lease, renews it while it
+runs the job, and stops the job at once if a renewal (or a fenced write) finds it lost. Each
+runner's reaper puts back in the queue the jobs whose lease expired, so a replica that died
+(SIGKILL, a lost host) loses its jobs to the others, which resume them from their records.
 """
 
 from __future__ import annotations
@@ -20,14 +26,20 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tunehub.core import Job, JobState, Target, Worker, utc_now
-from tunehub.core.owner import owner_alive, process_owner
-from tunehub.db.store import JobNotFound, ScheduleStore
+from tunehub.core.owner import DEFAULT_LEASE_SECS, new_owner, owner_replica
+from tunehub.db.store import JobNotFound, ScheduleStore, StoreUnavailable
 from tunehub.kernels.build import dir_problem
-from tunehub.tuner import Progress, session_for_job
+from tunehub.tuner import DatabaseOutage, LeaseKeeper, Progress, session_for_job
+from tunehub.tuner.session import DB_OUTAGE_SECS
 from tunehub.workers.base import Measurer
+
+if TYPE_CHECKING:  # Ray is imported only when a cluster is attached
+    from tunehub.workers.ray_measurer import ActorSlot, RayCluster
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +49,14 @@ SLICE_CHECK_SECS = 1.0
 
 @dataclass(eq=False)
 class DeviceWorker:
-    """One device this process measures on: its measurer, target and registration."""
+    """One device this process measures on: its measurer, target and registration.
+
+    A ``local`` worker measures on this host; a ``ray`` worker is an actor on a cluster node
+    (``host``, ``pid`` and ``node`` are the actor's), each job getting its own client of the
+    target's actors from ``measurer_for_job``. ``available`` says whether the target can be
+    measured at all now (a Ray target whose actors all died cannot: its job is handed back to
+    the queue to wait for one); ``live_state`` answers the live part of ``Worker.info``.
+    """
 
     device: str
     measurer: Measurer
@@ -45,19 +64,53 @@ class DeviceWorker:
     worker_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     thread: threading.Thread | None = None
     current_job: int | None = None
+    kind: str = "local"
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    node: str = field(default_factory=socket.gethostname)
+    measurer_for_job: Callable[[int], Measurer] | None = None
+    available: Callable[[], bool] = lambda: True
+    live_state: Callable[[], dict[str, Any]] | None = None
+    retired: bool = False
+    capacity: int | None = None  # this device's own (a ray worker's measurer is its pool's)
+    started_at: datetime = field(default_factory=utc_now)
 
-    def record(self) -> Worker:
+    def state(self) -> dict[str, Any]:
+        """``state`` (idle, building, timing), ``job_id`` and ``config``, as now."""
+        if self.live_state is not None:
+            found = self.live_state()
+            if found:
+                return {k: found.get(k) for k in ("state", "job_id", "config")}
+        in_progress = getattr(self.measurer, "in_progress", None)
+        state: dict[str, Any] = {"state": "idle", "job_id": self.current_job, "config": None}
+        if callable(in_progress):
+            for wanted, name in (("running", "timing"), ("building", "building")):
+                found_items = [req for _, req, st in in_progress() if st == wanted]
+                if found_items:
+                    state.update(state=name, config=dict(found_items[0].config))
+                    break
+        return state
+
+    def record(self, *, live: bool = False) -> Worker:
+        """The store's record; ``live`` asks the worker for its live state (else idle)."""
         now = utc_now()
+        info: dict[str, Any] = {
+            "label": self.target.label,
+            "capacity": self.capacity or self.measurer.capacity,
+            "node": self.node,
+            "device_name": self.target.name,
+        }
+        info.update(self.state() if live else {"state": "idle", "job_id": None, "config": None})
         return Worker(
             worker_id=self.worker_id,
             target_key=self.target.target_key,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            kind="local",
+            host=self.host,
+            pid=self.pid,
+            kind=self.kind,
             device=self.device,
-            started_at=now,
+            started_at=self.started_at,
             heartbeat_at=now,
-            info={"label": self.target.label, "capacity": self.measurer.capacity},
+            info=info,
         )
 
 
@@ -65,9 +118,12 @@ class JobRunner:
     """Runs queued jobs on this process's workers, one job at a time per worker.
 
     On stop it interrupts each Session (in-flight candidates are killed and recorded as
-    ``cancelled``) and puts the job back in the queue; on start it requeues jobs left RUNNING
-    by a process that has died (a crash, a kill). Either way the job's next Session resumes
-    from its stored records.
+    ``cancelled``) and puts the job back in the queue; jobs left RUNNING by a runner that died
+    (a crash, a kill, a lost host) go back to the queue when their lease expires (the reaper of
+    every runner, this one's from its start). Either way the job's next Session resumes from
+    its stored records. ``owner`` names this runner in the jobs it holds (a fresh
+    ``host:pid:random`` by default, prefixed with ``replica_id`` if given: a restarted replica
+    of the same id takes its jobs back at start, see ``take_back``).
 
     ``add_worker`` registers a device at any time; a job that was waiting for a worker of its
     target starts as soon as one is registered.
@@ -84,6 +140,10 @@ class JobRunner:
         build_dir: Path | None = None,
         min_free_bytes: int = 0,
         health_secs: float | None = None,
+        lease_secs: float = DEFAULT_LEASE_SECS,
+        db_outage_secs: float = DB_OUTAGE_SECS,
+        owner: str | None = None,
+        replica_id: str | None = None,
     ) -> None:
         self.store = store
         self.poll_secs = poll_secs
@@ -93,12 +153,20 @@ class JobRunner:
         self.min_free_bytes = min_free_bytes
         self.health_secs = health_secs if health_secs is not None else heartbeat_secs
         self._problems: dict[str, str] = {}  # "build_dir" / "database" -> why
-        self.owner = process_owner()
+        self.replica_id = replica_id
+        self.owner = owner or new_owner(replica_id)
+        self.lease_secs = lease_secs
+        self.db_outage_secs = db_outage_secs
+        self.leases = LeaseKeeper(store, lease_secs=lease_secs)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._workers: list[DeviceWorker] = []
         self._started = False
         self._heartbeat: threading.Thread | None = None
+        self._cluster: RayCluster | None = None
+        self._discovery: threading.Thread | None = None
+        self.discover_secs = heartbeat_secs
+        self._ray_states: dict[str, dict[str, Any]] = {}
         if measurer_factory is not None:
             self.add_worker(measurer_factory)
 
@@ -131,23 +199,96 @@ class JobRunner:
         log.info("worker %s: %s on %s", worker.worker_id[:8], device, found.short_label)
         return worker
 
-    def requeue_orphans(self) -> list[int]:
-        """Put back to QUEUED the RUNNING jobs whose process has gone (a crash, a kill, a
-        restart); jobs of live processes here (another ``serve``, a ``tunehub tune``) stay,
-        and so do jobs owned on other hosts, which this process cannot check."""
-        requeued = []
-        for job in self.store.list_jobs(states=(JobState.RUNNING,), limit=500):
-            alive = owner_alive(job.owner)
-            if alive is None:
-                log.warning("job %d runs on another host (%s); left as it is", job.id, job.owner)
-            elif not alive:
-                moved = self.store.set_job_state(
-                    job.id, JobState.QUEUED, only_from=(JobState.RUNNING,)
-                )
-                if moved.state is JobState.QUEUED:
-                    requeued.append(job.id)
+    @property
+    def cluster(self) -> RayCluster | None:
+        return self._cluster
+
+    def attach_cluster(self, cluster: RayCluster, *, discover_secs: float | None = None) -> None:
+        """Measure through ``cluster``'s actors: each actor is a ``ray`` worker, registered
+        while it lives; its target's jobs are claimed here. Actors are looked for every
+        ``discover_secs`` (default: the heartbeat's period), so a node that joins is used."""
+        self._cluster = cluster
+        if discover_secs is not None:
+            self.discover_secs = discover_secs
+
+    def sync_cluster(self) -> None:
+        """Register the actors that started since the last look and retire those gone."""
+        cluster = self._cluster
+        if cluster is None:
+            return
+        added, removed = cluster.refresh()
+        gone = {slot.worker_id for slot in removed}
+        for worker in self.workers:
+            if worker.worker_id in gone:
+                worker.retired = True
+                try:
+                    self.store.remove_worker(worker.worker_id)
+                except Exception:
+                    log.exception("could not unregister worker %s", worker.worker_id)
+        for slot in added:
+            self._add_ray_worker(cluster, slot)
+
+    def _add_ray_worker(self, cluster: RayCluster, slot: ActorSlot) -> DeviceWorker:
+        key = slot.target.target_key
+        pool = cluster.pool(key)
+        assert pool is not None
+        worker_id = slot.worker_id
+        worker = DeviceWorker(
+            device=slot.device,
+            measurer=cluster.measurer(key),
+            target=slot.target,
+            worker_id=worker_id,
+            kind="ray",
+            host=slot.host,
+            pid=slot.pid,
+            node=slot.node_id,
+            measurer_for_job=lambda job_id: cluster.measurer(key, job_id=job_id),
+            available=lambda: pool.live,
+            live_state=lambda: self._ray_states.get(worker_id, {}),
+            capacity=slot.capacity,
+        )
+        self.store.put_target(slot.target)
+        self.store.register_worker(worker.record())
+        with self._lock:
+            self._workers.append(worker)
+            if self._started:
+                self._start_worker(worker)
+        return worker
+
+    def _discovery_loop(self) -> None:
+        while not self._stop.wait(self.discover_secs):
+            try:
+                self.sync_cluster()
+            except Exception:
+                log.exception("looking for ray workers failed; tried again later")
+
+    def take_back(self) -> list[int]:
+        """Requeue at once the RUNNING jobs an earlier process of this replica held (same
+        ``replica_id``, another owner): that process is gone or, if not, loses them (its
+        writes are fenced); their next run resumes from their records. Nothing without a
+        replica id."""
+        if not self.replica_id:
+            return []
+        taken = []
+        for job in self.store.list_jobs(states=(JobState.RUNNING,), limit=1000):
+            if owner_replica(job.owner) != self.replica_id or job.owner == self.owner:
+                continue
+            moved = self.store.set_job_state(
+                job.id, JobState.QUEUED, only_from=(JobState.RUNNING,), owner=job.owner
+            )
+            if moved.state is JobState.QUEUED:
+                taken.append(job.id)
+        if taken:
+            log.info("replica %s: took back jobs %s of its earlier process", self.replica_id,
+                     taken)  # fmt: skip
+        return taken
+
+    def requeue_expired(self) -> list[int]:
+        """Put back to QUEUED the RUNNING jobs whose lease expired (their runner died, or
+        lost the database for longer than a lease); the reaper does it every renewal round."""
+        requeued = self.store.requeue_expired()
         if requeued:
-            log.info("requeued interrupted jobs %s", requeued)
+            log.info("requeued jobs whose lease expired: %s", requeued)
         return requeued
 
     @property
@@ -184,12 +325,26 @@ class JobRunner:
 
     def start(self) -> None:
         self.check_health()
-        self.requeue_orphans()
+        try:
+            self.take_back()
+            self.requeue_expired()
+        except Exception:
+            log.exception("could not requeue expired jobs; the reaper tries again")
+        self.leases.start()
         self._stop.clear()
         with self._lock:
             self._started = True
             for worker in self._workers:
                 self._start_worker(worker)
+        if self._cluster is not None:
+            try:
+                self.sync_cluster()
+            except Exception:
+                log.exception("looking for ray workers failed; tried again later")
+            self._discovery = threading.Thread(
+                target=self._discovery_loop, name="tunehub-ray-discovery", daemon=True
+            )
+            self._discovery.start()
         self._heartbeat = threading.Thread(
             target=self._heartbeat_loop, name="tunehub-heartbeat", daemon=True
         )
@@ -208,6 +363,9 @@ class JobRunner:
                 worker.thread.join(timeout)
         if self._heartbeat is not None:
             self._heartbeat.join(timeout)
+        self.leases.stop()
+        if self._discovery is not None:
+            self._discovery.join(timeout)
         for worker in self.workers:
             worker.measurer.close()
             try:
@@ -219,10 +377,19 @@ class JobRunner:
         last_check = time.monotonic()
         while not self._stop.wait(min(self.heartbeat_secs, self.health_secs)):
             failure = None
-            for worker in self.workers:
+            if self._cluster is not None:
                 try:
-                    if not self.store.heartbeat_worker(worker.worker_id):
-                        self.store.register_worker(worker.record())
+                    self._ray_states = self._cluster.statuses()
+                except Exception:
+                    log.exception("could not ask the ray workers for their state")
+            for worker in self.workers:
+                if worker.retired:
+                    continue
+                try:
+                    # The live state rides along: Worker.info is refreshed with the heartbeat.
+                    self.store.register_worker(worker.record(live=True))
+                except StoreUnavailable as exc:  # said once by _set_problem, not each beat
+                    failure = " ".join(str(exc).split())[:300]
                 except Exception as exc:
                     log.exception("heartbeat of worker %s failed", worker.worker_id[:8])
                     failure = " ".join(str(exc).split())[:300]
@@ -236,12 +403,17 @@ class JobRunner:
 
     def _loop(self, worker: DeviceWorker) -> None:
         keys = {worker.target.target_key}
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not worker.retired:
             try:
                 if self.problems:  # degraded: a job claimed now would only fail
                     self._stop.wait(self.poll_secs * 4)
                     continue
-                job = self.store.claim_job(owner=self.owner, target_keys=keys)
+                if not worker.available():  # its target's actors are gone: claim nothing
+                    self._stop.wait(self.poll_secs)
+                    continue
+                job = self.store.claim_job(
+                    owner=self.owner, target_keys=keys, lease_secs=self.lease_secs
+                )
                 if job is None:
                     self._stop.wait(self.poll_secs)
                     continue
@@ -253,26 +425,48 @@ class JobRunner:
             except Exception:  # a database hiccup must not kill the runner
                 log.exception("the job runner hit an error; it goes on")
                 self._stop.wait(self.poll_secs * 4)
+        if worker.retired:  # its actor is gone: the thread ends once its job is handed on
+            with self._lock:
+                if worker in self._workers:
+                    self._workers.remove(worker)
 
-    def _cancelled(self, job_id: int) -> bool:
-        if self._stop.is_set():
+    def _cancelled(self, job: Job) -> bool:
+        """Whether the run of ``job`` must stop: shutdown, a cancel, or the lease lost."""
+        if self._stop.is_set() or self.leases.lost(job.id):
             return True
         try:
-            return self.store.get_job(job_id).state is JobState.CANCELLED
+            now = self.store.get_job(job.id)
         except JobNotFound:
             return True
+        except Exception as exc:  # the database away: go on; the session keeps the results
+            log.debug("job %d: could not read its state: %s", job.id, exc)
+            return False
+        if now.owner != job.owner:  # requeued or taken by another runner: no longer ours
+            self.leases.mark_lost(job.id)
+            return True
+        return now.state is JobState.CANCELLED
 
     def run_job(self, job: Job, worker: DeviceWorker | None = None) -> None:
         """Run one claimed (RUNNING) job to its end on ``worker`` and record how it ended."""
         if worker is None:
             found = [w for w in self.workers if w.target.target_key == job.spec.target_key]
             if not found:
-                self._finish(job.id, JobState.FAILED, "no worker of its target in this process")
+                self._finish(job, JobState.FAILED, "no worker of its target in this process")
                 return
             worker = found[0]
         log.info("job %d: tuning %s on %s", job.id, job.spec.workload.label, worker.device)
-        poll = _Throttle(lambda: self._cancelled(job.id), every_secs=0.25)
+        self.leases.hold(job.id, job.owner)
+        try:
+            self._run(job, worker)
+        finally:
+            self.leases.release(job.id)
+
+    def _run(self, job: Job, worker: DeviceWorker) -> None:
+        poll = _Throttle(lambda: self._cancelled(job), every_secs=0.25)
         pause = self._slice_over(job, worker)
+        measurer = worker.measurer
+        if worker.measurer_for_job is not None:
+            measurer = worker.measurer_for_job(job.id)
         try:
 
             def report(p: Progress) -> None:
@@ -290,40 +484,64 @@ class JobRunner:
             result = session_for_job(
                 job.spec,
                 store=self.store,
-                measurer=worker.measurer,
+                measurer=measurer,
                 target=worker.target,
                 job_id=job.id,
                 on_progress=report,
                 should_stop=poll,
                 should_pause=pause,
                 tuning_secs_before=job.tuning_secs,
+                owner=job.owner,
+                db_outage_secs=self.db_outage_secs,
             ).run()
+        except DatabaseOutage as exc:
+            log.error("job %d failed: %s", job.id, exc)
+            # The database may still be away: the failure is written once it is back (the
+            # lease is renewed meanwhile, so the job is not handed to another runner).
+            self._finish(job, JobState.FAILED, str(exc), retry_secs=float("inf"))
+            return
+        except StoreUnavailable as exc:
+            # Not the job's fault, and its state cannot be written now: left to its lease,
+            # which is no longer renewed, so a reaper requeues it and a runner resumes it.
+            log.error("job %d stopped, the database is away (resumed later): %s", job.id, exc)
+            return
         except Exception as exc:
             log.exception("job %d failed", job.id)
-            self._finish(job.id, JobState.FAILED, f"{type(exc).__name__}: {exc}")
+            self._finish(job, JobState.FAILED, f"{type(exc).__name__}: {exc}")
             return
+        finally:
+            if measurer is not worker.measurer:
+                measurer.close()
+        if result.stopped_by == "lease_lost" or self.leases.lost(job.id):
+            log.warning("job %d: lost its lease; another runner resumes it", job.id)
+            return  # the job is someone else's now: write nothing
         if result.stopped_by == "cancelled":
             if self._stop.is_set():  # shutdown: back to the queue, to resume from its records
-                self.store.set_job_state(job.id, JobState.QUEUED, only_from=(JobState.RUNNING,))
+                self.store.set_job_state(
+                    job.id, JobState.QUEUED, only_from=(JobState.RUNNING,), owner=job.owner
+                )
             return  # or cancelled by request, and the cancel already set the state
         if result.stopped_by == "paused":
             # Its slice is over and others wait: behind them in the queue (a cancel that got
             # in first stands), to resume from its records.
-            self.store.set_job_state(job.id, JobState.QUEUED, only_from=(JobState.RUNNING,))
-            log.info("job %d: time slice over after %d trials; back in the queue", job.id,
+            self.store.set_job_state(
+                job.id, JobState.QUEUED, only_from=(JobState.RUNNING,), owner=job.owner
+            )
+            why = "time slice over" if worker.available() else "no worker of its target left"
+            log.info("job %d: %s after %d trials; back in the queue", job.id, why,
                      result.trials_done)  # fmt: skip
             return
         if result.stopped_by == "worker_error":
-            self._finish(job.id, JobState.FAILED, result.error)
+            self._finish(job, JobState.FAILED, result.error)
         elif result.best is not None or (
             result.stopped_by == "exhausted" and result.trials_done == 0
         ):
             # (The second case: earlier jobs measured every config; the Schedule has them all.)
-            self._finish(job.id, JobState.SUCCEEDED, "")
+            self._finish(job, JobState.SUCCEEDED, "")
         elif result.trials_done:
-            self._finish(job.id, JobState.FAILED, "no candidate measured ok")
+            self._finish(job, JobState.FAILED, "no candidate measured ok")
         else:
-            self._finish(job.id, JobState.FAILED, f"no trial ran ({result.stopped_by})")
+            self._finish(job, JobState.FAILED, f"no trial ran ({result.stopped_by})")
         log.info("job %d: %s after %d trials", job.id, result.stopped_by, result.trials_done)
 
     def _slice_over(self, job: Job, worker: DeviceWorker) -> Callable[[], bool]:
@@ -333,6 +551,8 @@ class JobRunner:
         asked = [float("-inf")]  # when the queue was last looked at (once a second at most)
 
         def check() -> bool:
+            if not worker.available():  # every actor of the target is gone: wait for one
+                return True
             now = time.monotonic()
             if self.slice_secs is None or now - started < self.slice_secs:
                 return False
@@ -340,19 +560,36 @@ class JobRunner:
                 return False
             asked[0] = now
             try:
-                return self.store.count_jobs(states=(JobState.QUEUED,), target_keys=keys) > 0
+                # Only a job that would be claimed before this one takes its place: a job a
+                # lookup queued never pauses a person's.
+                waiting = self.store.count_jobs(
+                    states=(JobState.QUEUED,), target_keys=keys, min_priority=job.priority
+                )
+                return waiting > 0
             except Exception:
                 log.exception("job %d: could not look at the queue", job.id)
                 return False
 
         return check
 
-    def _finish(self, job_id: int, state: JobState, error: str) -> None:
-        """End a RUNNING job; a cancel that got in first stands."""
-        try:
-            self.store.set_job_state(job_id, state, error=error, only_from=(JobState.RUNNING,))
-        except JobNotFound:
-            log.warning("job %d vanished while running", job_id)
+    def _finish(self, job: Job, state: JobState, error: str, *, retry_secs: float = 0) -> None:
+        """End a RUNNING job this runner holds; a cancel that got in first stands, and so
+        does a runner that took the job over. With ``retry_secs``, a database that cannot be
+        reached is tried again for that long (or until the runner stops)."""
+        deadline = time.monotonic() + retry_secs
+        while True:
+            try:
+                self.store.set_job_state(
+                    job.id, state, error=error, only_from=(JobState.RUNNING,), owner=job.owner
+                )
+                return
+            except JobNotFound:
+                log.warning("job %d vanished while running", job.id)
+                return
+            except Exception:
+                if time.monotonic() >= deadline or self._stop.is_set():
+                    raise
+                self._stop.wait(1.0)
 
 
 class _Throttle:

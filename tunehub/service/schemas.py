@@ -173,6 +173,11 @@ class JobOut(BaseModel):
         default=None,
         description="Name of the API key that submitted it; null for jobs of `tunehub tune`.",
     )
+    queued_by_lookup: bool = Field(
+        default=False,
+        description="A lookup queued it (`tune=true`, or the service's `tune_unseen`): it runs "
+        "only while no job people submitted for its target waits.",
+    )
 
     @classmethod
     def from_core(
@@ -207,6 +212,7 @@ class JobOut(BaseModel):
             finished_at=job.finished_at,
             error=public_error(job.error),
             submitted_by=submitted_by,
+            queued_by_lookup=job.from_lookup,
         )
 
 
@@ -298,6 +304,20 @@ class BaselineListOut(BaseModel):
     items: list[BaselineOut] = Field(description="Baselines, by template, oldest first.")
 
 
+class TuningOut(BaseModel):
+    """What a lookup that asked for tuning got."""
+
+    queued: bool = Field(
+        description="A tuning job is queued or running for this workload and target (this "
+        "lookup's, or one queued before it)."
+    )
+    job_id: int | None = Field(description="That job's id; null if none was queued.")
+    reason: str = Field(
+        description="`queued`, `a job for it is already queued or running`, or why none was "
+        "queued (no key that may write, the lookup-job limit, already tuned)."
+    )
+
+
 class ScheduleOut(BaseModel):
     """The answer of ``GET /api/v1/schedules/best``."""
 
@@ -358,6 +378,94 @@ class ScheduleOut(BaseModel):
         description="Untuned answers with `tune=true` (or the service's `tune_unseen`): the "
         "tuning job queued (or already queued) for this workload.",
     )
+    tuning: TuningOut | None = Field(
+        default=None,
+        description="Whether this lookup queued tuning for the workload, or why not; null when "
+        "tuning was not asked (`tune`) and the service does not tune unseen workloads.",
+    )
+
+
+# The most items one batch lookup may hold.
+MAX_LOOKUP_ITEMS = 1000
+
+
+class LookupItem(_Strict):
+    """One workload to look up in a batch (the query of ``GET /api/v1/schedules/best``)."""
+
+    workload: WorkloadSpec = Field(description="What to compute.")
+    target: str = Field(
+        default=LOCAL_CPU,
+        min_length=1,
+        max_length=64,
+        pattern=NAME_PATTERN,
+        description="`local-cpu`, `local-cuda:N` or a target key.",
+    )
+    template: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=NAME_LENGTHS["template"],
+        pattern=NAME_PATTERN,
+        description="Only schedules of this template (default: any).",
+    )
+
+
+class LookupRequest(_Strict):
+    """Body of ``POST /api/v1/schedules/lookup``."""
+
+    items: list[Any] = Field(
+        max_length=MAX_LOOKUP_ITEMS,
+        description=f'Up to {MAX_LOOKUP_ITEMS} LookupItems: `{{"workload": {{op, m, n, k, '
+        'dtype, a_layout, b_layout, epilogue, allow_tf32}, "target": str, "template": '
+        "str|null}`. A malformed item is answered with its own 422 and does not fail the batch.",
+    )
+    tune: bool = Field(
+        default=False,
+        strict=True,
+        description="Queue tuning for the untuned items (needs a key that may write), as "
+        "`tune=true` does for one lookup.",
+    )
+
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        {"workload": {"m": 256, "n": 256, "k": 256}, "target": "local-cpu"},
+                        {"workload": {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}},
+                    ]
+                }
+            ]
+        },
+    )
+
+
+class LookupHitOut(BaseModel):
+    """An item answered: the same answer as ``GET /api/v1/schedules/best``."""
+
+    ok: Literal[True] = Field(description="Always true here.")
+    schedule: ScheduleOut = Field(description="The answer.")
+
+
+class LookupMissOut(BaseModel):
+    """An item not answered, and why."""
+
+    ok: Literal[False] = Field(description="Always false here.")
+    status: Literal[404, 422] = Field(
+        description="404: no template runs the workload on the target; 422: the item is "
+        "malformed (see `loc`)."
+    )
+    error: str = Field(description="Why.")
+    loc: list[str | int] = Field(
+        description='Where in the item the fault is (e.g. `["workload", "m"]`); empty for a 404.'
+    )
+
+
+class LookupBatchOut(BaseModel):
+    """Answer of ``POST /api/v1/schedules/lookup``: one result per item, in the order asked."""
+
+    results: list[LookupHitOut | LookupMissOut] = Field(description="One per item, in order.")
 
 
 class ModelOut(BaseModel):
@@ -513,3 +621,74 @@ class HealthOut(BaseModel):
     database: str = Field(description="Kind of store behind the service.")
     runner: bool = Field(description="Whether this process's job runner is alive.")
     workers: list[str] = Field(description="Devices this process measures on, e.g. `cpu`.")
+
+
+# --- cluster view: workers and the schedule listing (the dashboard's Workers and Schedules) ---
+
+WorkerState = Literal["idle", "building", "timing", "lost"]
+
+
+class WorkerStateOut(BaseModel):
+    """A worker as the store knows it, with its live state."""
+
+    worker_id: str = Field(description="Worker id.")
+    kind: str = Field(description="`local` (inside a tunehub service) or `ray` (a Ray actor).")
+    target_key: str = Field(description="The target it measures on.")
+    target_label: str = Field(description="That target, readable.")
+    host: str = Field(description="Host it runs on.")
+    node: str = Field(description="Ray node id, or the host for local workers.")
+    device: str = Field(description="The device on its host, e.g. `cpu`, `cuda:0`.")
+    device_name: str = Field(description="GPU name or CPU model.")
+    state: WorkerState = Field(
+        description="`idle`, `building` (compiling candidates), `timing` (a candidate on the "
+        "device), or `lost`: no heartbeat within the live window (30 s)."
+    )
+    job_id: int | None = Field(description="The job it is on (null when idle or lost).")
+    config: dict[str, Any] | None = Field(description="The config it is measuring, if any.")
+    heartbeat_at: datetime = Field(description="When it last reported (UTC).")
+    started_at: datetime = Field(description="When it registered (UTC).")
+    live: bool = Field(description="Whether it reported within the live window.")
+
+
+class WorkerStateListOut(BaseModel):
+    """The answer of ``GET /api/v1/workers``."""
+
+    workers: list[WorkerStateOut] = Field(description="Oldest registration first.")
+
+
+class ScheduleRowOut(BaseModel):
+    """One stored schedule as the schedules listing shows it."""
+
+    workload_key: str = Field(description="sha256 of the workload's canonical JSON.")
+    workload: WorkloadSpec = Field(description="The workload.")
+    workload_label: str = Field(description="The workload, readable.")
+    target_key: str = Field(description="Target it was tuned on.")
+    target_label: str = Field(description="That target, readable.")
+    template: str = Field(description="Template of the config.")
+    template_version: int = Field(description="Version of that template.")
+    config: dict[str, Any] = Field(description="Knob values.")
+    median_secs: float = Field(description="The quoted time: confirmed where confirmed.")
+    gflops: float = Field(description="GFLOP/s at that time.")
+    baseline_secs: float | None = Field(
+        description="The fastest vendor-library time measured for this workload on this "
+        "target; null if none was measured."
+    )
+    speedup_vs_baseline: float | None = Field(
+        description="Baseline time / schedule time; below 1 the library is faster."
+    )
+    source: Literal["exact"] = Field(
+        description="What a lookup on this target answers with it: `exact` (stored "
+        "schedules are exact answers for their own target; `family`, `predicted` and "
+        "`default` answers are derived at lookup time and not stored)."
+    )
+    updated_at: datetime = Field(description="When it last improved (UTC).")
+    confirmed_at: datetime | None = Field(description="When it was re-timed (UTC), or null.")
+
+
+class ScheduleListOut(BaseModel):
+    """One page of ``GET /api/v1/schedules``."""
+
+    items: list[ScheduleRowOut] = Field(description="This page, in the order asked.")
+    total: int = Field(description="Schedules matching the filters, over all pages.")
+    limit: int = Field(description="Most items a page holds (as asked).")
+    offset: int = Field(description="Matches skipped before this page (as asked).")

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tunehub.core.job import MAX_SECS, MAX_TRIALS
+from tunehub.core.owner import DEFAULT_LEASE_SECS
 from tunehub.db import database_url
 
 
@@ -28,6 +29,12 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     run_jobs: bool = Field(default=True, description="Run the job runner in this process.")
+    ray_address: str | None = Field(
+        default=None,
+        description="Measure through the Ray cluster at this address (`host:port` of its head) "
+        "instead of this machine's devices; `local` starts Ray in the process with this "
+        "machine's CPU and GPUs as its workers. Unset: no Ray.",
+    )
     gpus: str = Field(
         default="auto",
         description="GPU workers to start: `auto` (every GPU nvidia-smi lists), `none`, or "
@@ -67,7 +74,44 @@ class Settings(BaseSettings):
     )
     tune_unseen: bool = Field(
         default=False,
-        description="Queue a tuning job for every looked-up workload nobody tuned.",
+        description="Queue a tuning job for every looked-up workload nobody tuned (no key "
+        "needed: the operator's policy), within the lookup-job limits below.",
+    )
+    max_lookup_jobs: int = Field(
+        default=20,
+        ge=0,
+        description="Tuning jobs that lookups (`tune=true`, `tune_unseen`) may have queued or "
+        "running at once, over every caller; beyond, a lookup says it queued none.",
+    )
+    lookup_job_trials: int = Field(
+        default=64, ge=1, le=MAX_TRIALS, description="Trial budget of a job a lookup queues."
+    )
+    lookup_job_secs: float = Field(
+        default=600.0,
+        gt=0,
+        le=MAX_SECS,
+        description="Tuning-time budget (seconds) of a job a lookup queues.",
+    )
+
+    # --- serving lookups (see README "Fast lookups") ---------------------------------------
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Worker processes of `tunehub serve`; the job runner and the trainer run "
+        "in one of them.",
+    )
+    lookup_cache_entries: int = Field(
+        default=50_000,
+        ge=0,
+        description="Single-lookup answers each serving process keeps encoded (0: no cache).",
+    )
+    lookup_refresh_secs: float = Field(
+        default=0.25,
+        gt=0,
+        le=60,
+        description="How often each serving process reads the store's change feed: a cached "
+        "answer is at most about this much older than the database.",
     )
 
     # --- exposure: keys, limits, headers (see README "Keys, limits and headers") ------------
@@ -115,6 +159,27 @@ class Settings(BaseSettings):
         gt=0,
         description="A running job is handed back to the queue after this long when another "
         "job of its target waits, so jobs share a device fairly.",
+    )
+    lease_secs: float = Field(
+        default=DEFAULT_LEASE_SECS,
+        gt=0,
+        le=24 * 3600.0,
+        description="How long a job runner holds a job without renewing its lease (renewed "
+        "every third of it). A replica that dies loses its jobs to the others after this long; "
+        "a restarted `tunehub serve` resumes its interrupted job after it too.",
+    )
+    replica_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description="A stable name for this replica (e.g. its host or pod name), unique among "
+        "the replicas sharing the database: restarted, it takes back its interrupted jobs at "
+        "once instead of waiting TUNEHUB_LEASE_SECS for their leases to expire.",
+    )
+    db_outage_secs: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long a running job keeps its results in memory while the database "
+        "cannot be reached; longer, and the job fails naming the outage.",
     )
     health_check_secs: float = Field(
         default=10.0, gt=0, description="How often the runner checks the build dir and database."

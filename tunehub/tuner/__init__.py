@@ -6,8 +6,15 @@ from __future__ import annotations
 from tunehub.tuner import model_strategy as _model_strategy  # noqa: F401
 from tunehub.tuner import optuna_strategy as _optuna_strategy  # noqa: F401
 from tunehub.tuner.history import EmptyHistory, HistoryView, StaticHistory, StoreHistory
+from tunehub.tuner.lease import LeaseKeeper
 from tunehub.tuner.lookup import LookupAnswer, baseline_dict, baseline_for, find_schedule
-from tunehub.tuner.session import Progress, Session, SessionResult, session_for_job
+from tunehub.tuner.session import (
+    DatabaseOutage,
+    Progress,
+    Session,
+    SessionResult,
+    session_for_job,
+)
 from tunehub.tuner.strategy import (
     STRATEGIES,
     ExhaustiveStrategy,
@@ -21,9 +28,11 @@ from tunehub.tuner.strategy import (
 
 __all__ = [
     "STRATEGIES",
+    "DatabaseOutage",
     "EmptyHistory",
     "ExhaustiveStrategy",
     "HistoryView",
+    "LeaseKeeper",
     "LookupAnswer",
     "Progress",
     "RandomStrategy",

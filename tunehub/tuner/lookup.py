@@ -5,14 +5,15 @@ compared with the Baseline."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from tunehub.core import Config, JobSpec, JobState, MeasureRecord, Schedule, Target, Workload
+from tunehub.core import Budget, Config, JobSpec, MeasureRecord, Schedule, Target, Workload
+from tunehub.core.job import LOOKUP_PRIORITY
 from tunehub.core.registry import UnknownName
 from tunehub.cost_model.registry import ModelCache
-from tunehub.db.store import ScheduleStore
+from tunehub.db.store import QueueFull, ScheduleStore
 from tunehub.kernels.base import Template
 from tunehub.kernels.registry import TEMPLATES, get_template
 from tunehub.tuner.model_strategy import workload_distance
@@ -104,16 +105,81 @@ def find_schedule(
     schedules = store.family_schedules(
         workload_key=workload.key, family_key=target.family_key, template=template
     )
+    picked = _pick(schedules, target, template)
+    if picked is None:
+        return None
+    return _answer(store, picked[0], picked[1], workload, target)
+
+
+@dataclass(frozen=True)
+class LookupQuery:
+    """One item of a batch lookup: a workload on a target (of one template, if named)."""
+
+    workload: Workload
+    target: Target
+    template: str | None = None
+
+
+def find_schedules(
+    store: ScheduleStore, queries: Sequence[LookupQuery]
+) -> list[LookupAnswer | None]:
+    """``find_schedule`` for every query, in order, in a bounded number of store reads (the
+    schedules of every query's workload and family at once, then their Baselines at once)
+    however many queries there are."""
+    if not queries:
+        return []
+    schedules = store.schedules_for(
+        workload_keys={q.workload.key for q in queries},
+        family_keys={q.target.family_key for q in queries},
+    )
+    picks = [
+        _pick(schedules.get((q.workload.key, q.target.family_key), ()), q.target, q.template)
+        for q in queries
+    ]
+    wanted = {q.workload.key for q, p in zip(queries, picks, strict=True) if p is not None}
+    baselines: dict[tuple[str, str, str, str], MeasureRecord] = {}
+    if wanted:
+        for record in store.baselines_for(workload_keys=wanted):
+            request = record.request
+            baselines[
+                (
+                    request.workload.key,
+                    request.target.target_key,
+                    request.template,
+                    request.config.key,
+                )
+            ] = record
+    answers: list[LookupAnswer | None] = []
+    for q, picked in zip(queries, picks, strict=True):
+        if picked is None:
+            answers.append(None)
+            continue
+        schedule, source = picked
+        wanted_key = _baseline_key(
+            q.workload, q.target, schedule.template, schedule.config, schedule.target_key
+        )
+        baseline = None if wanted_key is None else baselines.get(wanted_key[:4])
+        answers.append(LookupAnswer(schedule, source, q.workload, baseline))
+    return answers
+
+
+def _pick(
+    schedules: Sequence[Schedule], target: Target, template: str | None
+) -> tuple[Schedule, str] | None:
+    """Of a workload's schedules on ``target``'s family (fastest first), the answer and its
+    tier: this target's own schedule, else the fastest that fits the target's cores."""
+    if template is not None:
+        schedules = [s for s in schedules if s.template == template]
     exact = next((s for s in schedules if s.target_key == target.target_key), None)
     if exact is not None:
-        return _answer(store, exact, "exact", workload, target)
+        return exact, "exact"
     family = [
         s
         for s in schedules
         if config_threads(s.config) <= target.cores  # a 16-thread schedule does not fit 2 cores
     ]
     if family:
-        return _answer(store, family[0], "family", workload, target)
+        return family[0], "family"
     return None
 
 
@@ -185,6 +251,7 @@ def predict_schedule(
     models: ModelCache | None,
     *,
     template: str | None = None,
+    neighbours: NeighbourIndex | None = None,
 ) -> UntunedAnswer | None:
     """The untuned tiers: the latest global model's pick for this workload among the
     template's space (checked against the winners of the nearest tuned shapes on this
@@ -193,6 +260,7 @@ def predict_schedule(
     templates = lookup_templates(workload, target, template)
     if not templates:
         return None
+    neighbours = neighbours or NeighbourIndex(store)
     for tmpl in templates:
         if models is None:
             break
@@ -202,7 +270,7 @@ def predict_schedule(
             tmpl.name,
             tmpl.version,
             points=partial(_space_points, tmpl, workload, target),
-            winners=partial(_neighbour_winners, store, workload, target, tmpl),
+            winners=partial(neighbours.winners, workload, target, tmpl),
         )
         if prediction is not None:
             return UntunedAnswer(
@@ -225,41 +293,126 @@ def predict_schedule(
     )
 
 
-def queue_tuning(store: ScheduleStore, answer: UntunedAnswer) -> UntunedAnswer:
-    """Queue a tuning job (default strategy and budget) for an untuned answer's workload,
-    unless one is queued or running for it already; the answer names the job."""
-    target_key = answer.target.target_key
-    for job in store.list_jobs(states=(JobState.QUEUED, JobState.RUNNING), limit=1000):
-        spec = job.spec
-        if (spec.workload.key, spec.target_key, spec.template) == (
-            answer.workload.key,
-            target_key,
-            answer.template.name,
-        ):
-            return replace(answer, job_id=job.id)
-    job = store.create_job(
-        JobSpec(workload=answer.workload, target_key=target_key, template=answer.template.name)
+@dataclass(frozen=True)
+class LookupTuningLimits:
+    """How far lookups may queue tuning: ``max_jobs`` queued or running at once (over every
+    lookup), each with this budget."""
+
+    max_jobs: int
+    max_trials: int
+    max_secs: float
+
+
+@dataclass(frozen=True)
+class TuningOutcome:
+    """Whether a lookup queued tuning for its workload: the job (new, or one already queued or
+    running for the same workload and target), or why not."""
+
+    queued: bool
+    job_id: int | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"queued": self.queued, "job_id": self.job_id, "reason": self.reason}
+
+
+def queue_lookup_tuning(
+    store: ScheduleStore,
+    answers: Sequence[UntunedAnswer],
+    limits: LookupTuningLimits,
+    *,
+    api_key_id: int | None = None,
+    max_active_total: int | None = None,
+) -> list[TuningOutcome]:
+    """Queue a tuning job for each untuned answer's (workload, target), in order, behind
+    people's jobs (LOOKUP_PRIORITY) with ``limits``' budget, unless one is queued or running
+    for it already (then that one is named). Once ``limits.max_jobs`` lookup jobs (or
+    ``max_active_total`` jobs of any kind) are active, the rest are not queued, and say so.
+    One read for the existing jobs, then one transaction per new job (at most as many as
+    the cap lets through)."""
+    if not answers:
+        return []
+    active = store.active_jobs(
+        workload_keys={a.workload.key for a in answers},
+        target_keys={a.target.target_key for a in answers},
     )
-    return replace(answer, job_id=job.id)
+    existing = {(job.spec.workload.key, job.spec.target_key): job.id for job in active}
+    budget = Budget(max_trials=limits.max_trials, max_secs=limits.max_secs)
+    full: str | None = None
+    outcomes = []
+    for answer in answers:
+        key = (answer.workload.key, answer.target.target_key)
+        job_id = existing.get(key)
+        if job_id is not None:
+            outcomes.append(
+                TuningOutcome(True, job_id, "a job for it is already queued or running")
+            )
+            continue
+        if full is not None:
+            outcomes.append(TuningOutcome(False, None, full))
+            continue
+        spec = JobSpec(
+            workload=answer.workload,
+            target_key=key[1],
+            template=answer.template.name,
+            budget=budget,
+        )
+        try:
+            job = store.create_job(
+                spec,
+                api_key_id=api_key_id,
+                priority=LOOKUP_PRIORITY,
+                max_active_at_priority=limits.max_jobs,
+                max_active_total=max_active_total,
+            )
+        except QueueFull as exc:
+            full = f"not queued: {exc}"
+            outcomes.append(TuningOutcome(False, None, full))
+            continue
+        existing[key] = job.id
+        outcomes.append(TuningOutcome(True, job.id, "queued"))
+    return outcomes
 
 
 def _space_points(template: Template, workload: Workload, target: Target) -> Sequence[Config]:
     return template.space(workload, target).points
 
 
-def _neighbour_winners(
-    store: ScheduleStore, workload: Workload, target: Target, template: Template
-) -> list[Config]:
-    """Schedules of the nearest tuned workloads on this target (same template version)."""
-    found = []
-    for schedule in store.target_schedules(target_key=target.target_key, template=template.name):
-        if schedule.template_version != template.version:
-            continue
-        other = store.get_workload(schedule.workload_key)
-        if other is not None and other.key != workload.key and other.op == workload.op:
-            found.append((workload_distance(other, workload), schedule.config))
-    found.sort(key=lambda t: t[0])
-    return [config for _, config in found[:CHECK_NEIGHBOURS]]
+class NeighbourIndex:
+    """The tuned workloads of each (target, template) and their schedules' configs, read from
+    the store once (two reads) and kept for the index's life: one lookup, or one batch of them.
+    Not thread-safe; make one per request."""
+
+    def __init__(self, store: ScheduleStore) -> None:
+        self.store = store
+        self._tuned: dict[tuple[str, str, int], list[tuple[Workload, Config]]] = {}
+
+    def winners(self, workload: Workload, target: Target, template: Template) -> list[Config]:
+        """Schedules of the nearest tuned workloads on this target (same template version)."""
+        key = (target.target_key, template.name, template.version)
+        tuned = self._tuned.get(key)
+        if tuned is None:
+            schedules = [
+                s
+                for s in self.store.target_schedules(
+                    target_key=target.target_key, template=template.name
+                )
+                if s.template_version == template.version
+            ]
+            workloads = self.store.get_workloads({s.workload_key for s in schedules})
+            tuned = [
+                (workloads[s.workload_key], s.config)
+                for s in schedules
+                if s.workload_key in workloads
+            ]
+            self._tuned[key] = tuned
+        found = [
+            (workload_distance(other, workload), config)
+            for other, config in tuned
+            if other.key != workload.key and other.op == workload.op
+        ]
+        found.sort(key=lambda t: t[0])
+        return [config for _, config in found[:CHECK_NEIGHBOURS]]
 
 
 def config_threads(config: Config) -> int:
@@ -279,17 +432,32 @@ def baseline_for(
     """The Baseline to compare ``config`` (of ``template``) with: the template's baseline
     library with the matching config (e.g. OpenBLAS on the same thread count), measured on
     ``target_key`` (default: ``target``'s)."""
+    key = _baseline_key(workload, target, template, config, target_key or target.target_key)
+    if key is None:
+        return None
+    return store.get_baseline(
+        workload_key=key[0], target_key=key[1], template=key[2], config=Config(key[4])
+    )
+
+
+def _baseline_key(
+    workload: Workload, target: Target, template: str, config: Config, target_key: str
+) -> tuple[str, str, str, str, dict[str, Any]] | None:
+    """(workload key, target key, baseline template, its config's key, that config) of the
+    Baseline to compare ``config`` with; None if the template has no baseline library."""
     try:
         tmpl = get_template(template)
     except UnknownName:
         return None
     if tmpl.baseline_template is None:
         return None
-    return store.get_baseline(
-        workload_key=workload.key,
-        target_key=target_key or target.target_key,
-        template=tmpl.baseline_template,
-        config=tmpl.baseline_config(config, workload, target),
+    library_config = tmpl.baseline_config(config, workload, target)
+    return (
+        workload.key,
+        target_key,
+        tmpl.baseline_template,
+        library_config.key,
+        library_config.to_dict(),
     )
 
 

@@ -8,6 +8,12 @@ shutdown (in-flight candidates are killed and recorded as ``cancelled``), repeat
 failures, or a pause (its time slice is over: what is in flight finishes and is stored, then
 the job goes back to the queue and a later run resumes it). When the budget ends it, it
 re-times the fastest configs, interleaved, and the Schedule keeps the confirmed winner.
+
+Stores are fenced by the job's ``owner`` (the holder of its lease): if the lease is lost (the
+job went back to the queue, perhaps to another replica) the session stops at once, cutting
+short what is in flight, and writes nothing more (``stopped_by="lease_lost"``). While the
+database cannot be reached, results are kept in memory, in arrival order, and stored when it
+returns; if it stays away longer than ``db_outage_secs`` the session raises DatabaseOutage.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.cost_model.registry import ModelCache
-from tunehub.db.store import ScheduleStore
+from tunehub.db.store import LeaseLost, ScheduleStore, StoreUnavailable
 from tunehub.kernels.base import Template
 from tunehub.kernels.registry import get_template
 from tunehub.tuner.history import HistoryView, StoreHistory
@@ -46,6 +52,23 @@ CONFIRM_TOP = 3
 CONFIRM_ROUNDS = 3
 MAX_MACHINE_FAILURES = 3
 POLL_SECS = 0.1
+# How long results may wait in memory for an unreachable database (TUNEHUB_DB_OUTAGE_SECS),
+# and how often the store is tried meanwhile.
+DB_OUTAGE_SECS = 120.0
+DB_RETRY_SECS = 1.0
+
+
+class DatabaseOutage(RuntimeError):
+    """The database stayed unreachable longer than the session may keep results waiting."""
+
+    def __init__(self, outage_secs: float, limit_secs: float, unstored: int, reason: str) -> None:
+        super().__init__(
+            f"the database was unreachable for {outage_secs:.0f} s, longer than the "
+            f"{limit_secs:g} s allowed (TUNEHUB_DB_OUTAGE_SECS); {unstored} result(s) measured "
+            f"meanwhile could not be stored; last error: {reason}"
+        )
+        self.outage_secs = outage_secs
+        self.unstored = unstored
 
 
 @dataclass(frozen=True)
@@ -65,6 +88,7 @@ class SessionResult:
     trials_done: int
     best: MeasureRecord | None
     # "max_trials" | "max_secs" | "exhausted" | "cancelled" | "worker_error" | "paused"
+    # | "lease_lost"
     stopped_by: str
     elapsed_secs: float  # tuning seconds of this run
     confirmation: Confirmation | None = None
@@ -114,6 +138,8 @@ class Session:
         confirm_top: int = CONFIRM_TOP,
         confirm_rounds: int = CONFIRM_ROUNDS,
         max_machine_failures: int = MAX_MACHINE_FAILURES,
+        owner: str | None = None,
+        db_outage_secs: float = DB_OUTAGE_SECS,
     ) -> None:
         self.store = store
         self.measurer = measurer
@@ -133,6 +159,14 @@ class Session:
         self.confirm_top = max(0, confirm_top)
         self.confirm_rounds = max(1, confirm_rounds)
         self.max_machine_failures = max(1, max_machine_failures)
+        # The lease holder the job's writes are fenced by (None: unfenced, e.g. no job).
+        self.owner = owner
+        self.db_outage_secs = db_outage_secs
+        # Results (and tuning seconds) waiting for the database, in arrival order.
+        self._pending: list[tuple[MeasureRecord | None, float]] = []
+        self._outage_since: float | None = None
+        self._outage_reason = ""
+        self._tried_at = float("-inf")
 
     def request(self, config: Config, template: Template | None = None) -> MeasureRequest:
         template = template or self.template
@@ -261,36 +295,50 @@ class Session:
                     stopped_by = "exhausted" if exhausted else "max_trials"
                 break
             done, _ = wait(list(in_flight), timeout=POLL_SECS, return_when=FIRST_COMPLETED)
-            for future in done:
-                request = in_flight.pop(future)
-                record = MeasureRecord(request=request, result=future.result(), job_id=self.job_id)
-                now = time.monotonic()
-                tuning = {self.job_id: now - committed_at} if self.job_id is not None else None
-                self.store.commit_records([record], tuning_secs=tuning)
-                committed_at = now
-                self.strategy.tell([record])
-                if record.verdict:
-                    trials += 1
-                    failures_in_a_row = 0
-                    best = _faster(best, record)
-                elif record.status is MeasureStatus.WORKER_ERROR:
-                    failures_in_a_row += 1
-                    machine_failures += 1
-                    error = record.result.error
-                if self.on_progress is not None:
-                    self.on_progress(
-                        Progress(
-                            trials_done=trials,
-                            max_trials=self.budget.max_trials,
-                            elapsed_secs=spent(),
-                            best=best,
-                            last=(record,),
-                            in_flight=len(in_flight),
+            try:
+                if not done:
+                    self._flush()  # a backlog from an outage, once the database is back
+                for future in done:
+                    request = in_flight.pop(future)
+                    record = MeasureRecord(request, future.result(), job_id=self.job_id)
+                    now = time.monotonic()
+                    self._commit(record, now - committed_at)
+                    committed_at = now
+                    self.strategy.tell([record])
+                    if record.verdict:
+                        trials += 1
+                        failures_in_a_row = 0
+                        best = _faster(best, record)
+                    elif record.status is MeasureStatus.WORKER_ERROR:
+                        failures_in_a_row += 1
+                        machine_failures += 1
+                        error = record.result.error
+                    if self.on_progress is not None:
+                        self.on_progress(
+                            Progress(
+                                trials_done=trials,
+                                max_trials=self.budget.max_trials,
+                                elapsed_secs=spent(),
+                                best=best,
+                                last=(record,),
+                                in_flight=len(in_flight),
+                            )
                         )
-                    )
+            except LeaseLost as exc:
+                self._lost(exc, in_flight)
+                stopped_by = "lease_lost"
+                break
+            except DatabaseOutage:
+                self.measurer.cancel(list(in_flight))
+                raise
         now = time.monotonic()
-        if self.job_id is not None and now > committed_at:
-            self.store.commit_records([], tuning_secs={self.job_id: now - committed_at})
+        if stopped_by != "lease_lost":
+            try:
+                self._commit(None, now - committed_at)
+                self._drain()
+            except LeaseLost as exc:
+                self._lost(exc, {})
+                stopped_by = "lease_lost"
         elapsed = now - start
         if stopped_by == "worker_error":
             error = (
@@ -299,7 +347,10 @@ class Session:
             )
         confirmation = None
         if stopped_by in ("max_trials", "max_secs", "exhausted") and not self.should_stop():
-            confirmation = self.confirm()
+            try:
+                confirmation = self.confirm()
+            except StoreUnavailable as exc:  # every record is stored: only the re-timing is lost
+                log.warning("job %s: no confirmation, the database is away: %s", self.job_id, exc)
         return SessionResult(
             trials_done=trials,
             best=best,
@@ -310,6 +361,71 @@ class Session:
             machine_failures=machine_failures,
             baselines=tuple(baselines),
         )
+
+    # --- storing results, through outages and lease losses ---------------------------------
+    def _lost(self, exc: LeaseLost, in_flight: dict[Future[MeasureResult], MeasureRequest]) -> None:
+        """The job is no longer ours: cut what is in flight short and keep nothing."""
+        log.warning("job %s: %s; stopping now", self.job_id, exc)
+        if in_flight:
+            self.measurer.cancel(list(in_flight))
+            in_flight.clear()
+        self._pending.clear()
+
+    def _commit(self, record: MeasureRecord | None, tuning_secs: float) -> None:
+        """Store ``record`` (and tuning seconds), after any results still waiting for the
+        database; while it is away, keep them in order."""
+        if record is None and (self.job_id is None or tuning_secs <= 0):
+            return
+        self._pending.append((record, tuning_secs))
+        self._flush()  # during an outage, tried once a DB_RETRY_SECS, not per result
+
+    def _flush(self) -> bool:
+        """Store the waiting results in order; False while the database is away (tried at
+        most every DB_RETRY_SECS then). Raises DatabaseOutage past the limit, and LeaseLost
+        if the job is no longer ours."""
+        if not self._pending:
+            return True
+        clock = time.monotonic()
+        if self._outage_since is not None and clock - self._tried_at < DB_RETRY_SECS:
+            return False
+        self._tried_at = clock
+        while self._pending:
+            record, tuning = self._pending[0]
+            secs = {self.job_id: tuning} if self.job_id is not None and tuning > 0 else None
+            try:
+                self.store.commit_records(
+                    [record] if record is not None else [], tuning_secs=secs, owner=self.owner
+                )
+            except StoreUnavailable as exc:
+                self._outage_reason = str(exc)
+                if self._outage_since is None:
+                    self._outage_since = clock
+                    log.warning(
+                        "job %s: the database is away; results wait in memory (up to %g s): %s",
+                        self.job_id,
+                        self.db_outage_secs,
+                        exc,
+                    )
+                away = clock - self._outage_since
+                if away > self.db_outage_secs:
+                    raise DatabaseOutage(
+                        away, self.db_outage_secs, len(self._pending), self._outage_reason
+                    ) from exc
+                return False
+            self._pending.pop(0)
+        if self._outage_since is not None:
+            log.warning(
+                "job %s: the database is back after %.1f s; waiting results stored",
+                self.job_id,
+                clock - self._outage_since,
+            )
+            self._outage_since = None
+        return True
+
+    def _drain(self) -> None:
+        """Wait until every waiting result is stored (or DatabaseOutage)."""
+        while not self._flush():
+            time.sleep(min(DB_RETRY_SECS, POLL_SECS * 5))
 
     # --- confirming the winner -----------------------------------------------------------------
     def top_records(self) -> list[MeasureRecord]:
@@ -364,9 +480,14 @@ class Session:
                 log.warning(
                     "confirming %s: %s (%s)", record.config, result.status.value, result.error
                 )
-                self.store.commit_records(
-                    [MeasureRecord(self.request(record.config), result, job_id=self.job_id)]
-                )
+                try:
+                    self.store.commit_records(
+                        [MeasureRecord(self.request(record.config), result, job_id=self.job_id)],
+                        owner=self.owner,
+                    )
+                except LeaseLost as exc:
+                    log.warning("job %s: %s; the confirmation stops", self.job_id, exc)
+                    return None
             dropped.add(record.uid)
         confirmed = {
             uid: statistics.median(times)
@@ -419,11 +540,14 @@ def session_for_job(
     tuning_secs_before: float = 0.0,
     confirm_top: int = CONFIRM_TOP,
     models: ModelCache | None = None,
+    owner: str | None = None,
+    db_outage_secs: float = DB_OUTAGE_SECS,
 ) -> Session:
     """The Session that serves ``spec``: its template's space, the strategy (built from the
     registry with the job's context: the store's history, the template's seed configs, and
     the latest registered global model of the target's family, if any), and the template's
-    baseline library (measured if not stored)."""
+    baseline library (measured if not stored). ``owner`` fences its writes (the job's lease
+    holder)."""
     template = get_template(spec.template)
     history = StoreHistory(
         store, spec.workload, target, template.name, template.version, exclude_job=job_id
@@ -458,4 +582,6 @@ def session_for_job(
         baseline=baseline,
         tuning_secs_before=tuning_secs_before,
         confirm_top=confirm_top,
+        owner=owner,
+        db_outage_secs=db_outage_secs,
     )

@@ -264,6 +264,16 @@ class LocalMeasurer(Measurer):
                 self._fingerprint = found
             return self._fingerprint
 
+    def in_progress(self) -> list[tuple[Future[MeasureResult], MeasureRequest, str]]:
+        """The requests being worked on: (future, request, state), state one of ``queued``,
+        ``building``, ``built``, ``running`` (what a worker reports as its live state)."""
+        with self._lock:
+            return [
+                (future, item.request, item.state)
+                for future, item in self._items.items()
+                if item.state != "done"
+            ]
+
     def limit_for(self, request: MeasureRequest, template: Template | None) -> float:
         """The time limit for checking and timing one request."""
         if self.timeout_secs is not None:

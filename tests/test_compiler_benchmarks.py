@@ -1,0 +1,68 @@
+"""The GPU benchmark scripts' CPU-side logic, through their ``--dry-run`` modes: their own
+``tunehub serve``, tuning and lookups, the worker processes, the tables and the JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# find_spec, not an import: Triton imported in this process before the interpreter tests set
+# TRITON_INTERPRET would leave their kernels compiled for a GPU (the scripts run in children).
+if importlib.util.find_spec("torch") is None or importlib.util.find_spec("triton") is None:
+    pytest.skip("torch and triton are not installed (the gpu extra)", allow_module_level=True)
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def run(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TUNEHUB_GPUS": "none"}
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_autotune_share_dry_run_shows_a_second_process_benchmarking_nothing(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "autotune_share.json"
+    done = run("autotune_share.py", "--dry-run", "--shape", "24x40x16", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "second process 0" in done.stdout
+    result = json.loads(out.read_text())
+    assert result["summary"] == {
+        "first_bench_calls": 2,
+        "second_bench_calls": 0,
+        "same_configs": True,
+    }
+    second = next(p for p in result["processes"] if p["label"] == "tunehub second")
+    assert second["rows"][0]["sources"] == {"service": 1}
+    assert second["rows"][0]["rel_err"] < 1e-5
+
+
+def test_compile_block_dry_run_tunes_looks_up_and_times(tmp_path: Path) -> None:
+    out = tmp_path / "compile_block.json"
+    done = run(
+        "compile_block.py", "--dry-run", "--cases", "decode", "--contenders", "default,tunehub",
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [j["state"] for j in result["jobs"]] == ["succeeded"] * 4
+    assert {a["answer"]["source"] for a in result["lookups"]} == {"exact"}
+    runs = {r["contender"]: r for r in result["runs"]}
+    assert runs["tunehub"]["tunehub"]["calls"]["blis.gemm"] > 0
+    assert {v["source"] for v in runs["tunehub"]["tunehub"]["lookups"].values()} == {"exact"}
+    assert runs["tunehub"]["rel_err"] < 1e-5 and runs["default"]["rel_err"] < 1e-5
+    assert "tunehub vs default" in done.stdout

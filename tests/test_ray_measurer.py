@@ -1,0 +1,357 @@
+"""Measurement through Ray on a real local cluster: actors per node, jobs through the runner,
+a killed actor, a lost node, a worker whose fingerprint is not the target it claims."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.faulty_template  # registers the test templates in this process too
+from tests.live import LiveServer
+from tests.ray_fixtures import *  # noqa: F403 - the ray_cluster fixture (skips without Ray)
+from tests.ray_fixtures import REPO, add_worker_node
+from tests.test_local_measurer import FAST, alive
+from tests.test_runner import wait_finished, wait_for
+from tunehub.core import (
+    Budget,
+    Config,
+    JobSpec,
+    JobState,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Workload,
+    local_cpu_target,
+)
+from tunehub.db import MemoryScheduleStore, ScheduleStore, SqlScheduleStore
+from tunehub.kernels.registry import get_template
+from tunehub.service.routes_jobs import job_out
+from tunehub.service.runner import JobRunner
+from tunehub.workers.ray_measurer import RayCluster
+
+WORKLOAD = Workload(m=16, n=16, k=16)
+OPTIONS = {"timeout_secs": 3.0, "build_timeout_secs": 3.0, "timing": FAST}
+
+
+def submit(store: ScheduleStore, template: str, trials: int, workload: Workload = WORKLOAD) -> int:
+    target = local_cpu_target()
+    store.put_target(target)
+    spec = JobSpec(
+        workload=workload,
+        target_key=target.target_key,
+        template=template,
+        strategy="exhaustive",
+        budget=Budget(max_trials=trials, max_secs=300),
+    )
+    return store.create_job(spec).id
+
+
+def check_records(store: ScheduleStore, job_id: int, template: str, trials: int) -> None:
+    """Each config the job asked for has exactly one final record, nothing else was measured,
+    and the schedule is the best ``ok`` one."""
+    target = local_cpu_target()
+    asked = [c.key for c in get_template(template).space(WORKLOAD, target).points[:trials]]
+    records = store.job_records(job_id)
+    finals = [r for r in records if r.verdict]
+    assert sorted(r.config.key for r in finals) == sorted(asked)
+    assert {r.config.key for r in records} <= set(asked)
+    assert store.get_job(job_id).trials_done == trials
+    ok = [r for r in finals if r.status is MeasureStatus.OK]
+    schedule = store.get_schedule(
+        workload_key=WORKLOAD.key, target_key=target.target_key, template=template
+    )
+    assert ok and schedule is not None
+    assert schedule.record_uid in {r.uid for r in ok}
+    confirmed = schedule.confirmation
+    if confirmed is None:
+        best = min(r.median_secs or 0.0 for r in ok)
+        assert schedule.median_secs == best
+    else:  # the top few were re-timed side by side: the winner is the fastest of those
+        assert confirmed.median_secs <= min(confirmed.others.values(), default=float("inf"))
+
+
+@pytest.fixture
+def runner(ray_cluster: Any) -> Iterator[JobRunner]:
+    store = MemoryScheduleStore()
+    cluster = RayCluster(ray_cluster.address, options=OPTIONS)
+    job_runner = JobRunner(store, poll_secs=0.05, heartbeat_secs=0.5)
+    job_runner.attach_cluster(cluster, discover_secs=0.5)
+    try:
+        yield job_runner
+    finally:
+        job_runner.stop()
+        cluster.close()
+
+
+@pytest.fixture
+def two_nodes(ray_cluster: Any) -> Iterator[list[Any]]:
+    nodes = [add_worker_node(ray_cluster), add_worker_node(ray_cluster)]
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            ray_cluster.remove_node(node, allow_graceful=False)
+
+
+def ray_workers(store: ScheduleStore) -> list[Any]:
+    return [w for w in store.list_workers() if w.kind == "ray"]
+
+
+def test_requests_and_results_are_plain_data_that_pickle() -> None:
+    request = MeasureRequest(WORKLOAD, local_cpu_target(), "test.faulty", 1, {"mode": "ok"})  # type: ignore[arg-type]
+    result = MeasureResult(MeasureStatus.OK, repeat_secs=(1e-3, 2e-3), environment={"a": 1})
+    assert pickle.loads(pickle.dumps(request)) == request
+    assert pickle.loads(pickle.dumps(result)) == result
+
+
+def test_a_job_runs_on_the_actors_of_its_target_and_a_crash_costs_one_record(
+    runner: JobRunner, two_nodes: list[Any]
+) -> None:
+    store = runner.store
+    job_id = submit(store, "test.faulty", trials=11)
+    runner.start()
+    wait_for(lambda: len(ray_workers(store)) == 2, timeout=60)
+    workers = ray_workers(store)
+    assert {w.target_key for w in workers} == {local_cpu_target().target_key}
+    assert len({w.info["node"] for w in workers}) == 2  # one actor per node
+    for worker in workers:
+        assert worker.device == "cpu" and worker.info["capacity"] >= 2
+        assert worker.info["device_name"] == local_cpu_target().name
+    busy: list[dict[str, Any]] = []
+
+    def seen_busy() -> bool:
+        busy.extend(
+            w.info for w in ray_workers(store) if w.info.get("state") in ("building", "timing")
+        )
+        return bool(busy) or store.get_job(job_id).state.finished
+
+    wait_for(seen_busy, timeout=60)
+    assert wait_finished(store, job_id, 90) is JobState.SUCCEEDED
+    if busy:
+        assert busy[0]["job_id"] == job_id
+        assert busy[0]["config"]["mode"] in tests.faulty_template.MODES
+    check_records(store, job_id, "test.faulty", 11)
+    by_mode = {r.config["mode"]: r.status for r in store.job_records(job_id)}
+    assert by_mode["crash"] is MeasureStatus.RUNTIME_ERROR
+    assert by_mode["hang"] is MeasureStatus.TIMEOUT
+    assert by_mode["build_crash"] is MeasureStatus.BUILD_ERROR
+    assert by_mode["ok"] is MeasureStatus.OK
+    # Crashes and hangs killed sandboxes, never an actor: the same two workers are there.
+    assert {w.worker_id for w in ray_workers(store)} == {w.worker_id for w in workers}
+
+
+def test_a_killed_actor_s_requests_are_measured_by_another_and_the_job_goes_on(
+    runner: JobRunner, two_nodes: list[Any]
+) -> None:
+    store = runner.store
+    job_id = submit(store, "test.pipeline", trials=24)
+    runner.start()
+    cluster = runner.cluster
+    assert cluster is not None
+    wait_for(lambda: len(store.job_records(job_id)) >= 3, timeout=60)
+    with cluster.lock:
+        victim = max(cluster.slots.values(), key=lambda s: s.in_flight)
+    assert victim.in_flight > 0, "nothing was in flight on the actor to kill"
+    cluster.kill_slot(victim)
+    assert wait_finished(store, job_id, 90) is JobState.SUCCEEDED
+    check_records(store, job_id, "test.pipeline", 24)
+    statuses = {r.status for r in store.job_records(job_id)}
+    assert statuses == {MeasureStatus.OK}, "a lost actor cost a config its verdict"
+    assert victim.worker_id not in {w.worker_id for w in ray_workers(store)}
+
+
+def start_worker_process(address: str) -> subprocess.Popen[bytes]:
+    """``tunehub worker`` as a user runs it: a Ray node of its own, in its own session."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tunehub.cli", "worker", "--address", address, "--gpus", "none"],
+        cwd=REPO,
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker and its node's processes (raylet, actors), as a machine lost."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def test_a_lost_node_hands_the_job_back_until_a_worker_joins(
+    runner: JobRunner, ray_cluster: Any
+) -> None:
+    store = runner.store
+    job_id = submit(store, "test.pipeline", trials=20)
+    first = start_worker_process(ray_cluster.address)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        runner.start()
+        wait_for(lambda: len(store.job_records(job_id)) >= 3, timeout=90)
+        (lost,) = ray_workers(store)
+        kill_group(first)
+        # No worker of the target is left: the job goes back to the queue and says why.
+        wait_for(lambda: store.get_job(job_id).state is JobState.QUEUED, timeout=60)
+        wait_for(lambda: not ray_workers(store), timeout=30)
+        waiting = job_out(store, store.get_job(job_id)).waiting_for or ""
+        assert waiting.startswith("waiting for a worker of target")
+        done_before = len([r for r in store.job_records(job_id) if r.verdict])
+        assert done_before < 20
+        second = start_worker_process(ray_cluster.address)
+        assert wait_finished(store, job_id, 120) is JobState.SUCCEEDED
+        (joined,) = ray_workers(store)
+        assert joined.worker_id != lost.worker_id and joined.info["node"] != lost.info["node"]
+    finally:
+        kill_group(first)
+        if second is not None:
+            kill_group(second)
+    check_records(store, job_id, "test.pipeline", 20)
+
+
+def test_a_worker_whose_fingerprint_is_not_the_target_it_claims_is_refused(
+    runner: JobRunner, ray_cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = runner.store
+    other_machine = "0" * 64
+    node = add_worker_node(ray_cluster, claim=other_machine)
+    try:
+        with caplog.at_level(logging.ERROR, logger="tunehub.workers.ray_measurer"):
+            runner.sync_cluster()
+    finally:
+        ray_cluster.remove_node(node, allow_graceful=False)
+    assert ray_workers(store) == []
+    assert runner.cluster is not None and runner.cluster.pools == {}
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert refused and f"claims target {other_machine[:12]}" in refused[0]
+    assert local_cpu_target().name in refused[0]
+
+
+def test_the_worker_command_refuses_a_claim_its_fingerprint_does_not_match(
+    ray_cluster: Any,
+) -> None:
+    import ray
+
+    nodes_before = len([n for n in ray.nodes() if n["Alive"]])
+    out = subprocess.run(
+        [sys.executable, "-m", "tunehub.cli", "worker", "--address", ray_cluster.address,
+         "--gpus", "none", "--target", "f" * 64],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "refused: cpu: it claims target ffffffffffff" in out.stderr
+    assert local_cpu_target().target_key in out.stderr
+    time.sleep(1)
+    assert len([n for n in ray.nodes() if n["Alive"]]) == nodes_before  # it never joined
+
+
+def children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (an actor's sandboxes)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()  # noqa: SIM115
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def test_a_killed_service_s_actors_stop_and_its_restart_resumes_the_job(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    node = add_worker_node(ray_cluster)
+    home = tmp_path / "home"
+    server = LiveServer(
+        home,
+        TUNEHUB_RAY_ADDRESS=ray_cluster.address,
+        TUNEHUB_MEASURE_TIMEOUT_SECS="5",
+        TUNEHUB_MIN_REPEAT_SECS="0.01",
+        TUNEHUB_MAX_REPEATS="5",
+        TUNEHUB_TRAIN_MODELS="false",
+    )
+    store = SqlScheduleStore(f"sqlite:///{home / 'tunehub.db'}")
+    try:
+        server.start()
+        job_id = submit(store, "test.pipeline", trials=30)
+        wait_for(lambda: len(store.job_records(job_id)) >= 4, timeout=90)
+        (worker,) = ray_workers(store)
+        sandboxes = children(worker.pid)
+        assert sandboxes, "the actor has no sandboxes to check"
+        server.kill()  # SIGKILL: no shutdown hook runs
+        # Ray kills the dead driver's actors; their sandboxes see their parent go and exit.
+        wait_for(lambda: not alive(worker.pid), timeout=30)
+        wait_for(lambda: not any(alive(pid) for pid in sandboxes), timeout=30)
+        assert store.get_job(job_id).state is JobState.RUNNING  # as the crash left it
+        workdirs = Path(os.environ["TUNEHUB_HOME"]) / "ray-actors"
+        assert list(workdirs.glob(f"*-{worker.pid}")), "the dead actor left no workdir"
+        server.start()
+        assert wait_finished(store, job_id, 120) is JobState.SUCCEEDED
+        # The next actor on the node removed what the dead one could not.
+        assert not list(workdirs.glob(f"*-{worker.pid}"))
+    finally:
+        server.stop()
+        ray_cluster.remove_node(node, allow_graceful=False)
+        store.close()
+    check_records(store, job_id, "test.pipeline", 30)
+
+
+def test_two_jobs_of_a_target_share_its_actors_at_once(
+    runner: JobRunner, two_nodes: list[Any]
+) -> None:
+    store = runner.store
+    # Two workloads (one target): neither job skips configs because the other measured them.
+    jobs = [submit(store, "test.pipeline", 16, Workload(m=16, n=16, k=k)) for k in (16, 32)]
+    runner.start()
+    wait_for(lambda: all(store.get_job(j).state is JobState.RUNNING for j in jobs), timeout=60)
+    for job_id in jobs:
+        assert wait_finished(store, job_id, 120) is JobState.SUCCEEDED
+    first, second = ([r.seq or 0 for r in store.job_records(j)] for j in jobs)
+    # Both ran at once: their records interleave, neither waited for the other to end.
+    assert min(first) < max(second) and min(second) < max(first)
+    for job_id in jobs:
+        records = store.job_records(job_id)
+        assert len(records) == 16 == len({r.config.key for r in records})
+        assert all(r.status is MeasureStatus.OK for r in records)
+
+
+def test_a_request_that_loses_every_worker_it_meets_is_a_worker_error(
+    ray_cluster: Any, two_nodes: list[Any]
+) -> None:
+    cluster = RayCluster(ray_cluster.address, options=OPTIONS, retries=1)
+    try:
+        added, _ = cluster.refresh()
+        assert len(added) == 2
+        measurer = cluster.measurer(local_cpu_target().target_key, job_id=1)
+        request = MeasureRequest(
+            WORKLOAD, local_cpu_target(), "test.worker_killer", 1, Config({"mode": "kill_worker"})
+        )
+        (result,) = measurer.measure([request])
+        # Two actors lost to it (the first try and one retry), then the machine's failure:
+        assert result.status is MeasureStatus.WORKER_ERROR and not result.status.verdict
+        assert result.error.startswith("lost 2 workers while measuring it")
+        assert cluster.pools[local_cpu_target().target_key].slots == []
+        # With no actor of the target left, a request is not a verdict either: cancelled.
+        (late,) = measurer.measure([request])
+        assert late.status is MeasureStatus.CANCELLED and "no worker" in late.error
+        # A node's actor comes back on the next look (the nodes are alive): measuring goes on.
+        added, removed = cluster.refresh()
+        assert len(added) == 2 and len(removed) == 2
+        ok = MeasureRequest(
+            WORKLOAD, local_cpu_target(), "test.worker_killer", 1, Config({"mode": "ok"})
+        )
+        assert measurer.measure([ok])[0].status is MeasureStatus.OK
+    finally:
+        cluster.close()

@@ -1,0 +1,672 @@
+"""ScheduleClient: deadline-bound, cached schedule lookups for compilers, which never raise.
+
+A compiler asks ``best(workload, target=...)`` for every GEMM it compiles. The answer comes
+from memory (a dictionary read), else the disk cache shared by the user's processes, else the
+service, within a hard deadline (default 50 ms) measured on the wall clock: the request runs on
+a background thread and the caller stops waiting at the deadline, so a DNS or connect stall, a
+slow or dead service cannot hold a compile longer. When the service cannot answer in time the
+caller gets the cached answer (flagged ``stale``) or the template's default config (``source``
+"default", ``fallback`` true, with the reason), and the service is left alone for a while
+(backoff) so later calls do not wait at all.
+
+>>> client = ScheduleClient("http://127.0.0.1:8000")  # doctest: +SKIP
+>>> answer = client.best({"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"},
+...                      target="local-cuda:0")  # doctest: +SKIP
+>>> answer.use_library, answer.config  # doctest: +SKIP
+(False, {'BLOCK_M': 128, 'BLOCK_N': 256, ...})
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tunehub.client.cache import CachedLookup, DiskCache, default_cache_dir
+
+log = logging.getLogger(__name__)
+
+URL_ENV = "TUNEHUB_URL"
+API_KEY_ENV = "TUNEHUB_API_KEY"
+DEADLINE_ENV = "TUNEHUB_CLIENT_DEADLINE_SECS"
+TTL_ENV = "TUNEHUB_CLIENT_TTL_SECS"
+OFFLINE_ENV = "TUNEHUB_OFFLINE"
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_DEADLINE_SECS = 0.05
+# How long an answer is used without asking the service again; after it, the next lookup
+# revalidates it (If-None-Match: a 304 costs the service almost nothing).
+DEFAULT_TTL_SECS = 300.0
+# After the service failed to answer in time, leave it alone this long (doubling on each
+# failure up to the maximum): calls meanwhile answer from the cache or the default at once.
+BACKOFF_SECS = 0.5
+MAX_BACKOFF_SECS = 30.0
+MAX_BATCH = 1000  # the service's limit per batch lookup
+MAX_MEMORY_ENTRIES = 100_000
+LOCAL_CPU = "local-cpu"
+
+# A workload's fields and defaults, as the API spells them (the key of every cache).
+WORKLOAD_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("op", "matmul"),
+    ("m", None),
+    ("n", None),
+    ("k", None),
+    ("dtype", "float32"),
+    ("a_layout", "row_major"),
+    ("b_layout", "row_major"),
+    ("epilogue", "none"),
+    ("allow_tf32", False),
+)
+
+
+@dataclass(frozen=True)
+class ScheduleAnswer:
+    """What a compiler gets for one workload; never raised, always returned.
+
+    ``config`` is the kernel's knobs (None when no tunehub template runs the workload: then
+    ``use_library`` is true). ``source``: ``exact``, ``family``, ``predicted``, ``default`` or
+    ``unsupported``. ``use_library``: the vendor library is faster than this schedule (or
+    tunehub has no kernel for it): call the library instead. ``fallback``: the service did not
+    answer this call (``reason`` says why): the answer is a cached one (``stale`` true when
+    past its freshness) or the template's default. ``schedule``: the service's whole answer
+    (as ``GET /api/v1/schedules/best`` gives it), when there is one.
+    """
+
+    config: dict[str, Any] | None
+    template: str | None
+    source: str
+    use_library: bool
+    workload: tuple[Any, ...]
+    target: str
+    fallback: bool = False
+    stale: bool = False
+    reason: str = ""
+    speedup_vs_baseline: float | None = None
+    tuning_job_id: int | None = None
+    schedule: Mapping[str, Any] | None = None
+
+
+@dataclass
+class _Entry:
+    answer: ScheduleAnswer
+    cached: CachedLookup
+    fresh_until: float  # time.monotonic()
+
+
+class ScheduleClient:
+    """Cached, deadline-bound lookups against one tunehub service (thread-safe).
+
+    ``base_url`` None or empty, or ``offline=True``: the service is never asked; answers come
+    from the disk cache (of ``base_url``'s service: cached answers are per service, whose
+    ``local-cpu`` is its own machine) and defaults only.
+    ``deadline_secs`` bounds every call on the wall clock (the request, its DNS and connect
+    included); ``ttl_secs`` is how long an answer is used before it is revalidated;
+    ``cache_dir`` None: the user's cache directory (``$TUNEHUB_CACHE_DIR`` overrides it);
+    ``disk=False`` keeps the cache in memory only.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = DEFAULT_URL,
+        *,
+        api_key: str | None = None,
+        deadline_secs: float = DEFAULT_DEADLINE_SECS,
+        ttl_secs: float = DEFAULT_TTL_SECS,
+        cache_dir: Path | str | None = None,
+        disk: bool = True,
+        offline: bool = False,
+    ) -> None:
+        self.base_url = (base_url or "").rstrip("/") or None
+        self.deadline_secs = deadline_secs
+        self.ttl_secs = ttl_secs
+        headers = {"X-API-Key": api_key} if api_key else {}
+        self._http: httpx.Client | None = None
+        if self.base_url is not None and not offline:
+            timeout = _http_timeout(deadline_secs)
+            # TCP_NODELAY: a request written in two segments (headers, then a body) would
+            # otherwise wait on the server's delayed ACK, about 40 ms on Linux: the deadline.
+            transport = httpx.HTTPTransport(
+                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+            )
+            self._http = httpx.Client(
+                base_url=self.base_url, timeout=timeout, headers=headers, transport=transport
+            )
+        root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self._disk = DiskCache(root, self.base_url or "offline") if disk else None
+        self._memory: dict[tuple[Any, ...], _Entry] = {}
+        self._defaults: dict[tuple[Any, ...], ScheduleAnswer] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=4, thread_name_prefix="tunehub-lookup"
+        )
+        self._lock = threading.Lock()
+        self._inflight: dict[tuple[Any, ...], concurrent.futures.Future[Any]] = {}
+        self._down_until = 0.0
+        self._backoff = 0.0
+        self._last_error = ""
+        # The default tier imports the templates (a few hundred ms once): do it now, off the
+        # caller's path, so a first fallback does not pay for it.
+        self._pool.submit(_import_templates)
+
+    # --- public API ------------------------------------------------------------------------
+    def best(
+        self,
+        workload: Any,
+        *,
+        target: str = LOCAL_CPU,
+        template: str | None = None,
+        tune: bool = False,
+        deadline_secs: float | None = None,
+    ) -> ScheduleAnswer:
+        """The best known schedule for ``workload`` (a Workload or a mapping of its fields:
+        ``m``, ``n``, ``k``, ``dtype``, …) on ``target``; never raises, never takes longer
+        than the deadline (plus the default config's computation on a first fallback)."""
+        try:
+            key = (workload_tuple(workload), target, template)
+            entry = self._memory.get(key)
+            if entry is not None and entry.fresh_until > time.monotonic():
+                return entry.answer
+            return self._lookup(key, entry, tune, deadline_secs)
+        except Exception as exc:  # never into the compiler
+            log.exception("tunehub lookup failed")
+            return _broken(workload, target, template, f"client error: {exc!r}")
+
+    def best_many(
+        self,
+        items: Sequence[Any],
+        *,
+        target: str = LOCAL_CPU,
+        template: str | None = None,
+        tune: bool = False,
+        deadline_secs: float | None = None,
+    ) -> list[ScheduleAnswer]:
+        """``best`` for many workloads at once, in order: cached ones from the cache, the rest
+        in one batch lookup (``POST /api/v1/schedules/lookup``) within one deadline. An item
+        is a workload, or a mapping ``{"workload": …, "target": …, "template": …}``."""
+        try:
+            return self._best_many(items, target, template, tune, deadline_secs)
+        except Exception as exc:
+            log.exception("tunehub batch lookup failed")
+            return [_broken(item, target, template, f"client error: {exc!r}") for item in items]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._http is not None:
+            self._http.close()
+
+    def __enter__(self) -> ScheduleClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- one lookup ------------------------------------------------------------------------
+    def _lookup(
+        self, key: tuple[Any, ...], entry: _Entry | None, tune: bool, deadline: float | None
+    ) -> ScheduleAnswer:
+        started = time.monotonic()
+        if entry is None:
+            entry = self._from_disk(key)
+            if entry is not None and entry.fresh_until > started:
+                return entry.answer
+        down = self._down_reason(started)
+        if down is not None:
+            return self._fallback(key, entry, down)
+        etag = entry.cached.etag if entry is not None else None
+        budget = (self.deadline_secs if deadline is None else deadline) - (
+            time.monotonic() - started
+        )
+        try:
+            future = self._submit(key, lambda: self._get(key, etag, tune, _http_timeout(budget)))
+            status_code, body, new_etag = future.result(timeout=max(budget, 0.0))
+        except concurrent.futures.TimeoutError:
+            return self._fallback(key, entry, self._failed("no answer within the deadline"))
+        except Exception as exc:  # httpx's errors, and anything else on the way
+            return self._fallback(key, entry, self._failed(f"{type(exc).__name__}: {exc}"))
+        return self._answered(key, entry, status_code, body, new_etag)
+
+    def _get(
+        self, key: tuple[Any, ...], etag: str | None, tune: bool, timeout: httpx.Timeout
+    ) -> tuple[int, Any, str | None]:
+        assert self._http is not None
+        workload, target, template = key
+        params: dict[str, Any] = {
+            name: (str(v).lower() if isinstance(v, bool) else v)
+            for (name, _), v in zip(WORKLOAD_FIELDS, workload, strict=True)
+        }
+        params["target"] = target
+        if template is not None:
+            params["template"] = template
+        if tune:
+            params["tune"] = "true"
+        headers = {"If-None-Match": etag} if etag else {}
+        response = self._http.get(
+            "/api/v1/schedules/best", params=params, headers=headers, timeout=timeout
+        )
+        body = None
+        if response.status_code != 304:
+            try:
+                body = response.json()
+            except ValueError:
+                body = None
+        return response.status_code, body, response.headers.get("etag")
+
+    def _answered(
+        self,
+        key: tuple[Any, ...],
+        entry: _Entry | None,
+        status_code: int,
+        body: Any,
+        etag: str | None,
+    ) -> ScheduleAnswer:
+        if status_code == 304 and entry is not None:
+            self._up()
+            cached = dataclasses.replace(entry.cached, fetched_at=time.time())
+            return self._remember(cached).answer
+        if status_code == 200 and isinstance(body, dict) and "config" in body:
+            self._up()
+            return self._remember(CachedLookup(key, body, "", etag, time.time())).answer
+        if status_code == 404:
+            self._up()
+            detail = body.get("detail") if isinstance(body, dict) else None
+            error = str(detail or "no template runs this workload on this target")
+            return self._remember(CachedLookup(key, None, error, etag, time.time())).answer
+        detail = body.get("detail") if isinstance(body, dict) else body
+        reason = f"HTTP {status_code}: {detail}"
+        if status_code >= 500 or status_code == 429:
+            reason = self._failed(reason)
+        return self._fallback(key, entry, reason)
+
+    # --- many lookups ----------------------------------------------------------------------
+    def _best_many(
+        self,
+        items: Sequence[Any],
+        target: str,
+        template: str | None,
+        tune: bool,
+        deadline: float | None,
+    ) -> list[ScheduleAnswer]:
+        started = time.monotonic()
+        out: list[ScheduleAnswer | None] = [None] * len(items)
+        keys: list[tuple[Any, ...] | None] = [None] * len(items)
+        missing: dict[tuple[Any, ...], list[int]] = {}
+        entries: dict[tuple[Any, ...], _Entry | None] = {}
+        for i, item in enumerate(items):
+            try:
+                key = _item_key(item, target, template)
+            except Exception as exc:
+                out[i] = _broken(item, target, template, f"malformed item: {exc}")
+                continue
+            keys[i] = key
+            entry = self._memory.get(key)
+            if entry is None:
+                entry = self._from_disk(key)
+            if entry is not None and entry.fresh_until > started:
+                out[i] = entry.answer
+                continue
+            entries[key] = entry
+            missing.setdefault(key, []).append(i)
+        if missing:
+            answers = self._fetch_many(list(missing), entries, tune, deadline, started)
+            for key, answer in answers.items():
+                for i in missing[key]:
+                    out[i] = answer
+        return [a if a is not None else _broken(items[i], target, template, "unanswered")
+                for i, a in enumerate(out)]  # fmt: skip
+
+    def _fetch_many(
+        self,
+        keys: list[tuple[Any, ...]],
+        entries: Mapping[tuple[Any, ...], _Entry | None],
+        tune: bool,
+        deadline: float | None,
+        started: float,
+    ) -> dict[tuple[Any, ...], ScheduleAnswer]:
+        down = self._down_reason(started)
+        if down is not None:
+            return {key: self._fallback(key, entries[key], down) for key in keys}
+        budget = (self.deadline_secs if deadline is None else deadline) - (
+            time.monotonic() - started
+        )
+        try:
+            future = self._pool.submit(self._post_many, keys, tune, _http_timeout(budget))
+            results = future.result(timeout=max(budget, 0.0))
+        except concurrent.futures.TimeoutError:
+            reason = self._failed("no answer within the deadline")
+            return {key: self._fallback(key, entries[key], reason) for key in keys}
+        except Exception as exc:  # httpx's errors, a malformed answer, anything else
+            reason = self._failed(f"{type(exc).__name__}: {exc}")
+            return {key: self._fallback(key, entries[key], reason) for key in keys}
+        self._up()
+        out = {}
+        for key, result in zip(keys, results, strict=True):
+            if result.get("ok") is True:
+                cached = CachedLookup(key, result["schedule"], "", None, time.time())
+                out[key] = self._remember(cached).answer
+            elif result.get("status") == 404:
+                cached = CachedLookup(key, None, str(result.get("error")), None, time.time())
+                out[key] = self._remember(cached).answer
+            else:
+                where = ".".join(str(p) for p in result.get("loc") or ())
+                reason = f"HTTP {result.get('status')}: {where}: {result.get('error')}"
+                out[key] = self._fallback(key, entries[key], reason)
+        return out
+
+    def _post_many(
+        self, keys: list[tuple[Any, ...]], tune: bool, timeout: httpx.Timeout
+    ) -> list[dict[str, Any]]:
+        assert self._http is not None
+        results: list[dict[str, Any]] = []
+        for start in range(0, len(keys), MAX_BATCH):
+            chunk = keys[start : start + MAX_BATCH]
+            items = []
+            for workload, target, template in chunk:
+                fields = {n: v for (n, _), v in zip(WORKLOAD_FIELDS, workload, strict=True)}
+                item: dict[str, Any] = {"workload": fields, "target": target}
+                if template is not None:
+                    item["template"] = template
+                items.append(item)
+            response = self._http.post(
+                "/api/v1/schedules/lookup", json={"items": items, "tune": tune}, timeout=timeout
+            )
+            if response.status_code != 200:
+                raise _BadAnswer(f"HTTP {response.status_code}: {response.text[:200]}")
+            found = response.json().get("results")
+            if not isinstance(found, list) or len(found) != len(chunk):
+                raise _BadAnswer("the batch answer does not have one result per item")
+            results += [r if isinstance(r, dict) else {} for r in found]
+        return results
+
+    # --- cache, fallback, backoff ----------------------------------------------------------
+    def _submit(self, key: tuple[Any, ...], call: Any) -> concurrent.futures.Future[Any]:
+        """The request for ``key`` already in flight (from a caller that gave up waiting),
+        else a new one: a slow service gets one request per lookup, not one per call."""
+        if self._http is None:
+            raise httpx.ConnectError("offline")
+        with self._lock:
+            future = self._inflight.get(key)
+            if future is None or future.done():
+                future = self._pool.submit(call)
+                self._inflight[key] = future
+                future.add_done_callback(lambda f: self._forget(key, f))
+            return future
+
+    def _forget(self, key: tuple[Any, ...], future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            if self._inflight.get(key) is future:
+                del self._inflight[key]
+
+    def _remember(self, cached: CachedLookup) -> _Entry:
+        entry = self._entry(cached)
+        self._keep(cached.key, entry)
+        if self._disk is not None:
+            self._disk.put(cached)
+        return entry
+
+    def _entry(self, cached: CachedLookup) -> _Entry:
+        age = max(0.0, time.time() - cached.fetched_at)
+        fresh_until = time.monotonic() + self.ttl_secs - age
+        return _Entry(_answer_of(cached), cached, fresh_until)
+
+    def _from_disk(self, key: tuple[Any, ...]) -> _Entry | None:
+        if self._disk is None:
+            return None
+        cached = self._disk.get(key)
+        if cached is None:
+            return None
+        entry = self._entry(cached)
+        self._keep(key, entry)
+        return entry
+
+    def _keep(self, key: tuple[Any, ...], entry: _Entry) -> None:
+        # A bound, not an LRU: a hit must stay a bare dictionary read. Past it (a process that
+        # looked up that many distinct shapes) memory starts again from the disk cache.
+        if len(self._memory) >= MAX_MEMORY_ENTRIES:
+            self._memory.clear()
+            self._defaults.clear()
+        self._memory[key] = entry
+
+    def _fallback(self, key: tuple[Any, ...], entry: _Entry | None, reason: str) -> ScheduleAnswer:
+        if entry is not None:
+            return dataclasses.replace(entry.answer, fallback=True, stale=True, reason=reason)
+        answer = self._defaults.get(key)
+        if answer is None:
+            answer = default_answer(*key)
+            self._defaults[key] = answer
+        return dataclasses.replace(answer, reason=f"{reason}; {answer.reason}".rstrip("; "))
+
+    def _down_reason(self, now: float) -> str | None:
+        if self._http is None:
+            return "offline"
+        if now < self._down_until:
+            return f"the service is not answering ({self._last_error}); next try in " \
+                   f"{self._down_until - now:.1f}s"  # fmt: skip
+        return None
+
+    def _failed(self, reason: str) -> str:
+        with self._lock:
+            self._backoff = min(max(self._backoff * 2, BACKOFF_SECS), MAX_BACKOFF_SECS)
+            self._down_until = time.monotonic() + self._backoff
+            self._last_error = reason
+        return reason
+
+    def _up(self) -> None:
+        if self._backoff:
+            with self._lock:
+                self._backoff = 0.0
+                self._down_until = 0.0
+
+
+def _http_timeout(budget_secs: float) -> httpx.Timeout:
+    """httpx's own timeout for a request the caller waits ``budget_secs`` for: it frees the
+    background thread soon after the caller gave up (and lets a process exit soon)."""
+    return httpx.Timeout(max(budget_secs, 0.0) * 2 + 0.1)
+
+
+class _BadAnswer(RuntimeError):
+    """The service answered a batch with something that is not a batch answer."""
+
+
+def _import_templates() -> None:
+    try:
+        import tunehub.kernels.registry  # noqa: F401
+    except Exception:
+        log.exception("could not import the templates (defaults will say so)")
+
+
+def workload_tuple(workload: Any) -> tuple[Any, ...]:
+    """A workload's fields in WORKLOAD_FIELDS order (defaults filled in): the cache key."""
+    if isinstance(workload, Mapping):
+        unknown = set(workload) - {name for name, _ in WORKLOAD_FIELDS}
+        if unknown:
+            raise ValueError(f"unknown workload fields: {', '.join(sorted(map(str, unknown)))}")
+        values = tuple(workload.get(name, default) for name, default in WORKLOAD_FIELDS)
+    else:
+        values = tuple(getattr(workload, name, default) for name, default in WORKLOAD_FIELDS)
+    if any(v is None for v in values):
+        raise ValueError("a workload needs m, n and k")
+    return values
+
+
+def _item_key(item: Any, target: str, template: str | None) -> tuple[Any, ...]:
+    if isinstance(item, Mapping) and "workload" in item:
+        return (
+            workload_tuple(item["workload"]),
+            item.get("target", target),
+            item.get("template", template),
+        )
+    return (workload_tuple(item), target, template)
+
+
+def _answer_of(cached: CachedLookup) -> ScheduleAnswer:
+    workload, target, _ = cached.key
+    s = cached.schedule
+    if s is None:
+        return ScheduleAnswer(
+            config=None,
+            template=None,
+            source="unsupported",
+            use_library=True,
+            workload=workload,
+            target=target,
+            reason=cached.error,
+        )
+    return ScheduleAnswer(
+        config=dict(s["config"]),
+        template=s["template"],
+        source=s["source"],
+        use_library=bool(s.get("baseline_faster")),
+        workload=workload,
+        target=target,
+        speedup_vs_baseline=s.get("speedup_vs_baseline"),
+        tuning_job_id=s.get("tuning_job_id"),
+        schedule=s,
+    )
+
+
+def default_answer(workload: tuple[Any, ...], target: str, template: str | None) -> ScheduleAnswer:
+    """The template's default config for ``workload`` on ``target``, computed here (no
+    service): for this machine's CPU (``local-cpu`` or its target key) and its GPUs
+    (``local-cuda:N``, with torch). Other targets, or a workload no template runs: no config,
+    ``use_library`` true, and the reason."""
+    try:
+        from tunehub.core import Workload
+        from tunehub.kernels.registry import TEMPLATES, get_template
+
+        tgt = _local_target(target)
+        if tgt is None:
+            return _no_default(workload, target, f"the target {target!r} is not this machine's")
+        core = Workload(**{name: v for (name, _), v in zip(WORKLOAD_FIELDS, workload, strict=True)})
+        names = [template] if template is not None else list(TEMPLATES.names())
+        for name in names:
+            tmpl = get_template(name)
+            if tmpl.baseline or tmpl.device_kind != tgt.kind:
+                continue
+            if tmpl.problem(core, tgt) is None:
+                config = tmpl.default_config(core, tgt)
+                return ScheduleAnswer(
+                    config=config.to_dict(),
+                    template=tmpl.name,
+                    source="default",
+                    use_library=False,
+                    workload=workload,
+                    target=target,
+                    fallback=True,
+                    reason="the template's default config",
+                )
+        return _no_default(workload, target, "no template runs this workload on this target")
+    except Exception as exc:
+        return _no_default(workload, target, f"no default config: {exc!r}")
+
+
+def _local_target(name: str) -> Any:
+    from tunehub.core import local_cpu_target
+
+    cpu = local_cpu_target()
+    if name in (LOCAL_CPU, cpu.target_key):
+        return cpu
+    if name.startswith("local-cuda:"):
+        from tunehub.kernels.cuda_device import cuda_target
+
+        return cuda_target(int(name.partition(":")[2]))
+    return None
+
+
+def _no_default(workload: tuple[Any, ...], target: str, reason: str) -> ScheduleAnswer:
+    return ScheduleAnswer(
+        config=None,
+        template=None,
+        source="default",
+        use_library=True,
+        workload=workload,
+        target=target,
+        fallback=True,
+        reason=reason,
+    )
+
+
+def _broken(item: Any, target: str, template: str | None, reason: str) -> ScheduleAnswer:
+    """The answer when even the question could not be read: use the library."""
+    try:
+        workload = workload_tuple(item)
+    except Exception:
+        workload = ()
+    return _no_default(workload, target, reason)
+
+
+# --- the default client (module-level functions) --------------------------------------------
+_default: ScheduleClient | None = None
+_default_lock = threading.Lock()
+
+
+def default_client() -> ScheduleClient:
+    """The process's client, made on first use from the environment: ``TUNEHUB_URL``
+    (default http://127.0.0.1:8000; empty: offline), ``TUNEHUB_API_KEY``,
+    ``TUNEHUB_CLIENT_DEADLINE_SECS`` (0.05), ``TUNEHUB_CLIENT_TTL_SECS`` (300),
+    ``TUNEHUB_CACHE_DIR``, ``TUNEHUB_OFFLINE`` (1: never ask the service, answer from the
+    disk cache and defaults)."""
+    global _default
+    client = _default
+    if client is not None:
+        return client
+    with _default_lock:
+        if _default is None:
+            _default = ScheduleClient(
+                os.environ.get(URL_ENV, DEFAULT_URL),
+                api_key=os.environ.get(API_KEY_ENV) or None,
+                deadline_secs=_env_float(DEADLINE_ENV, DEFAULT_DEADLINE_SECS),
+                ttl_secs=_env_float(TTL_ENV, DEFAULT_TTL_SECS),
+                offline=os.environ.get(OFFLINE_ENV, "").lower() in ("1", "true", "yes"),
+            )
+        return _default
+
+
+def set_default_client(client: ScheduleClient | None) -> None:
+    """Use ``client`` for ``best``/``best_many`` (None: make one from the environment again)."""
+    global _default
+    with _default_lock:
+        _default = client
+
+
+def best(
+    workload: Any,
+    *,
+    target: str = LOCAL_CPU,
+    template: str | None = None,
+    tune: bool = False,
+    deadline_secs: float | None = None,
+) -> ScheduleAnswer:
+    """``ScheduleClient.best`` on the default client."""
+    return default_client().best(
+        workload, target=target, template=template, tune=tune, deadline_secs=deadline_secs
+    )
+
+
+def best_many(
+    items: Sequence[Any],
+    *,
+    target: str = LOCAL_CPU,
+    template: str | None = None,
+    tune: bool = False,
+    deadline_secs: float | None = None,
+) -> list[ScheduleAnswer]:
+    """``ScheduleClient.best_many`` on the default client."""
+    return default_client().best_many(
+        items, target=target, template=template, tune=tune, deadline_secs=deadline_secs
+    )
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        log.warning("%s=%r is not a number; using %s", name, os.environ.get(name), default)
+        return default

@@ -1,0 +1,236 @@
+"""Triton drop-ins: ``matmul`` (tunehub's ``triton.gemm`` kernel with the looked-up config) and
+``autotune`` (``triton.autotune`` whose results are shared through the service).
+
+``matmul(a, b, bias=None, activation=None)`` computes ``activation(a @ b + bias)`` like
+``torch.matmul`` (and ``F.linear(x, w, bias)`` as ``matmul(x, w.t(), bias)``) on CUDA tensors,
+or on CPU tensors under ``TRITON_INTERPRET=1``. The config comes from the lookup for that
+shape, dtype, layouts (from the strides), epilogue and GPU, once per shape per process; where
+the service measured cuBLAS faster it runs ``torch.matmul``; compiled kernels stay in Triton's
+own cache, one per config and specialisation. Anything the kernel does not take (other
+dtypes, broadcast batch shapes, a bias that is not a vector of N, inputs that need
+gradients) runs through torch, so it is always safe to call.
+
+``autotune``: see ``tunehub.client.triton_autotune``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import lru_cache
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from tunehub.client.gemm_choice import CALLS, CHOOSER
+from tunehub.client.triton_autotune import Autotuner, autotune
+from tunehub.core import Target, Workload
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+TEMPLATE = "triton.gemm"
+_DTYPES = ("float16", "bfloat16", "float32")
+_ACTIVATIONS = {None: "none", "none": "none", "relu": "relu", "gelu": "gelu"}
+_EPILOGUE = {"none": "bias", "relu": "bias_relu", "gelu": "bias_gelu"}
+
+__all__ = ["Autotuner", "autotune", "interpreter_target", "matmul"]
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+
+
+@lru_cache(maxsize=1)
+def interpreter_target() -> Target:
+    """The target lookups use under Triton's interpreter (CPU tensors, no GPU): an Ampere-like
+    device, so the template's defaults are its portable variants."""
+    import triton
+
+    return Target(
+        kind="cuda",
+        name="triton-interpreter",
+        arch=("sm_80",),
+        cores=3,
+        toolchain={"triton": triton.__version__},
+        properties={
+            "compute_capability": 80,
+            "smem_per_block_bytes": 166912,
+            "regs_per_sm": 65536,
+        },
+    )
+
+
+@lru_cache(maxsize=16)
+def _cuda_target(index: int) -> Target:
+    from tunehub.kernels.cuda_device import cuda_target
+
+    return cuda_target(index)
+
+
+def device_target(device: torch.device) -> Target:
+    """The fingerprint lookups are keyed by for tensors on ``device``."""
+    if device.type == "cuda":
+        import torch
+
+        return _cuda_target(
+            device.index if device.index is not None else torch.cuda.current_device()
+        )
+    return interpreter_target()
+
+
+def _kernels() -> Any:
+    # Looked up per call: the tests reload the module to switch the interpreter on.
+    import importlib
+
+    return importlib.import_module("tunehub.kernels.triton_gemm_kernels")
+
+
+def _library(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str
+) -> torch.Tensor:
+    import torch
+    import torch.nn.functional as F
+
+    CALLS["library"] += 1
+    out = torch.matmul(a, b)
+    if bias is not None:
+        out = out + bias
+    if activation == "relu":
+        return torch.relu(out)
+    if activation == "gelu":
+        return F.gelu(out)
+    return out
+
+
+def triton_epilogue(has_bias: bool, activation: str) -> str:
+    """The triton.gemm epilogue a GEMM runs (and is looked up with); an activation without a
+    bias runs the bias epilogue with a zero bias."""
+    return "none" if not has_bias and activation == "none" else _EPILOGUE[activation]
+
+
+def allow_tf32(dtype: str, device_type: str) -> bool:
+    """Whether a float32 GEMM may use TF32 here: torch's own setting, as torch.matmul reads."""
+    import torch
+
+    return dtype == "float32" and device_type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+
+
+def _layout(t: torch.Tensor) -> str | None:
+    rows, cols = t.shape
+    if cols == 1 or t.stride(1) == 1:
+        return "row_major"
+    if rows == 1 or t.stride(0) == 1:
+        return "col_major"
+    return None
+
+
+def matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+) -> torch.Tensor:
+    """``activation(a @ b + bias)``; ``activation`` is None, ``"relu"`` or ``"gelu"`` (erf).
+
+    ``a`` is (M, K) or (..., M, K) and ``b`` (K, N) (a batch of ``b`` matching ``a``'s
+    batch runs one GEMM per entry); ``bias`` has N elements.
+    """
+    import torch
+
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be None, 'relu' or 'gelu', got {activation!r}")
+    act = _ACTIVATIONS[activation]
+    tensors = [t for t in (a, b, bias) if t is not None]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return _library(a, b, bias, act)  # keeps autograd's graph
+    if a.dim() >= 2 and b.dim() == 2:
+        k = a.shape[-1]
+        out = gemm_2d(a.reshape(-1, k), b, bias, act)
+        return out.reshape(*a.shape[:-1], b.shape[1])
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
+        return torch.stack([gemm_2d(a[i], b[i], bias, act) for i in range(a.shape[0])])
+    return _library(a, b, bias, act)
+
+
+@lru_cache(maxsize=4096)
+def _workload(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    a_layout: str,
+    b_layout: str,
+    epilogue: str,
+    allow_tf32: bool,
+) -> Workload:
+    # gemm_call reads the workload's layouts and K; one object per shape, built once.
+    return Workload(
+        m=m,
+        n=n,
+        k=k,
+        dtype=dtype,
+        a_layout=a_layout,
+        b_layout=b_layout,
+        epilogue=epilogue,
+        allow_tf32=allow_tf32,
+    )
+
+
+def gemm_2d(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str
+) -> torch.Tensor:
+    """The 2-D case of ``matmul`` (``activation`` spelled ``"none"``/``"relu"``/``"gelu"``)."""
+    import torch
+
+    dtype = str(a.dtype).removeprefix("torch.")
+    on_device = a.device.type == "cuda" or (a.device.type == "cpu" and _interpreting())
+    if (
+        not on_device
+        or dtype not in _DTYPES
+        or b.dtype != a.dtype
+        or a.device != b.device
+        or a.dim() != 2
+        or b.dim() != 2
+        or a.shape[1] != b.shape[0]
+        or 0 in (a.shape[0], a.shape[1], b.shape[1])
+        or (bias is not None and (bias.numel() != b.shape[1] or bias.device != a.device))
+    ):
+        return _library(a, b, bias, activation)
+    m, k = a.shape
+    n = b.shape[1]
+    a_layout, b_layout = _layout(a), _layout(b)
+    if a_layout is None:
+        a, a_layout = a.contiguous(), "row_major"
+    if b_layout is None:
+        b, b_layout = b.contiguous(), "row_major"
+    epilogue = triton_epilogue(bias is not None, activation)
+    kernel_bias = None
+    if epilogue != "none":
+        kernel_bias = (
+            torch.zeros(n, dtype=a.dtype, device=a.device)
+            if bias is None
+            else bias.reshape(n).to(a.dtype).contiguous()
+        )
+    tf32 = allow_tf32(dtype, a.device.type)
+    target = device_target(a.device)
+    choice = CHOOSER.choose_shape(
+        m, n, k, dtype, a_layout, b_layout, epilogue, tf32, target, TEMPLATE
+    )
+    for _ in range(2):
+        if choice is None or choice.use_library:
+            return _library(a, b, bias, activation)
+        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+        workload = _workload(m, n, k, dtype, a_layout, b_layout, epilogue, tf32)
+        try:
+            from tunehub.kernels.triton_gemm import gemm_call
+
+            ops = SimpleNamespace(a=a, b=b, bias=kernel_bias, out=out)
+            gemm_call(_kernels(), ops, workload, choice.config, None)()
+        except Exception as exc:  # a config this GPU cannot run: the default, then torch
+            choice = CHOOSER.demote(workload, target, TEMPLATE, f"{type(exc).__name__}: {exc}")
+            continue
+        CALLS[TEMPLATE] += 1
+        return out
+    return _library(a, b, bias, activation)
