@@ -1,7 +1,8 @@
 """Collect GPU replay datasets: real measurements of ``triton.gemm`` configs on this host's GPU.
 
 For each workload it samples configs of the template's space uniformly (``--configs``, 800 by
-default, or the whole space when it is smaller), always adds the template's default config,
+default, or the whole space when it is smaller), always adds the template's seed configs (the
+default first among them),
 shuffles the measuring order, and measures every one through tunehub's pipeline (build
 sandboxes compiling in parallel on the CPU cores, the GPU's run sandbox checking and timing).
 Every record, failures included, is one ``tunehub.record/1`` JSON line in
@@ -54,6 +55,17 @@ WORKLOADS = {
     "skinny_127x5000x2048": Workload(m=127, n=5000, k=2048, dtype="float16", b_layout="col_major"),
     "long_k_256x256x65536": Workload(m=256, n=256, k=65536, dtype="float16", b_layout="col_major"),
     "decode_16x4096x4096": Workload(m=16, n=4096, k=4096, dtype="float16", b_layout="col_major"),
+    # Since template version 2: more shapes for the cost model to learn across (a square the
+    # suite's kernels run in ~10 us, wave quantisation, an LLM layer, bf16, a bias epilogue).
+    "square_1024": Workload(m=1024, n=1024, k=1024, dtype="float16", b_layout="col_major"),
+    "waves_3000x1000x4000": Workload(
+        m=3000, n=1000, k=4000, dtype="float16", b_layout="col_major"
+    ),
+    "mlp_64x14336x4096": Workload(m=64, n=14336, k=4096, dtype="float16", b_layout="col_major"),
+    "square_1536_bf16": Workload(m=1536, n=1536, k=1536, dtype="bfloat16", b_layout="col_major"),
+    "qkv_bias_2048x6144x4096": Workload(
+        m=2048, n=6144, k=4096, dtype="float16", b_layout="col_major", epilogue="bias"
+    ),
 }
 TIMING = TimingPolicy(min_secs=0.02, max_repeats=20)
 
@@ -63,9 +75,11 @@ def plan(workload: Workload, target: Any, count: int, seed: int) -> list[Config]
     points = list(template.space(workload, target).points)
     rng = random.Random(seed)
     chosen = points if len(points) <= count else rng.sample(points, count)
-    default = template.default_config(workload, target)
-    if default not in chosen:
-        chosen.append(default)
+    # The default and every other seed: what a zero-trial pick is compared with, and what a
+    # better default could be chosen among, all measured.
+    for seed_config in template.seed_configs(workload, target):
+        if seed_config not in chosen:
+            chosen.append(seed_config)
     rng.shuffle(chosen)
     return chosen
 
@@ -180,7 +194,7 @@ def main() -> int:
         template="triton.gemm",
         timing={"min_secs": TIMING.min_secs, "max_repeats": TIMING.max_repeats},
         sampling=f"{args.configs} configs uniformly (random.Random({args.seed}).sample) or the "
-        "whole space, plus the default; measuring order shuffled",
+        "whole space, plus the template's seed configs; measuring order shuffled",
         updated=datetime.now(UTC).isoformat(),
         command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         commit=git_commit(),

@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu_run.sh splitk                 # one-kernel split-K: its check + timings
 #   bash benchmarks/gpu_run.sh bench "4096x4096x4096 16x4096x4096" [trials]
 #   bash benchmarks/gpu_run.sh dataset "square_4096 odd_1000x3000x777" [deadline secs]
+#     (DATASET_ARGS="--configs 500" to sample fewer configs a workload)
 # Wheels the image lacks travel in .whl/ (see ../shared/tools/device-wheels.sh); results go to
 # $OUT (logs and JSON), which the device tool brings back.
 set -uo pipefail
@@ -84,7 +85,7 @@ step_dataset() {
   for w in $1; do names+=(--workload "$w"); done
   mkdir -p "$OUT/datasets"
   python3 benchmarks/collect_gpu_dataset.py "${names[@]}" --out "$OUT/datasets" \
-    --deadline-secs "$deadline" 2>&1 | tee -a "$OUT/dataset.log" | grep -v " INFO "
+    --deadline-secs "$deadline" ${DATASET_ARGS:-} 2>&1 | tee -a "$OUT/dataset.log" | grep -v " INFO "
 }
 
 case "${1:-}" in
