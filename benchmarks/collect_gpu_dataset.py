@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import platform
 import random
 import sys
@@ -58,9 +59,7 @@ WORKLOADS = {
     # Since template version 2: more shapes for the cost model to learn across (a square the
     # suite's kernels run in ~10 us, wave quantisation, an LLM layer, bf16, a bias epilogue).
     "square_1024": Workload(m=1024, n=1024, k=1024, dtype="float16", b_layout="col_major"),
-    "waves_3000x1000x4000": Workload(
-        m=3000, n=1000, k=4000, dtype="float16", b_layout="col_major"
-    ),
+    "waves_3000x1000x4000": Workload(m=3000, n=1000, k=4000, dtype="float16", b_layout="col_major"),
     "mlp_64x14336x4096": Workload(m=64, n=14336, k=4096, dtype="float16", b_layout="col_major"),
     "square_1536_bf16": Workload(m=1536, n=1536, k=1536, dtype="bfloat16", b_layout="col_major"),
     "qkv_bias_2048x6144x4096": Workload(
@@ -197,7 +196,7 @@ def main() -> int:
         "whole space, plus the template's seed configs; measuring order shuffled",
         updated=datetime.now(UTC).isoformat(),
         command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        commit=git_commit(),
+        commit=os.environ.get("TUNEHUB_COMMIT") or git_commit(),
         host=platform.node(),
     )
     manifest_path.write_text(json.dumps(manifest, indent=2, default=str))
