@@ -213,15 +213,24 @@ def test_seed_configs_start_with_the_model_point_and_are_all_valid() -> None:
 
 
 def test_the_edge_seed_fits_an_odd_m_better_than_the_model_tile() -> None:
+    # A named AVX-512 target, not the host: an AVX2-only host's model tile (4 rows) already
+    # fits 127 rows best and seeds one tile (checked below).
     template = BlisGemmTemplate()
     workload = Workload(m=127, n=5000, k=2048)
-    seeds = template.seed_configs(workload, local_cpu_target())
+    target = TARGETS["skylake-x"]
+    seeds = template.seed_configs(workload, target)
     tiles = {(int(c["MR"]), int(c["NR"])) for c in seeds}
     assert len(tiles) == 2
 
     def padded_rows(mr: int) -> int:
         return -(-workload.m // mr) * mr
 
-    model = template.default_config(workload, local_cpu_target())
+    model = template.default_config(workload, target)
     (edge,) = tiles - {(int(model["MR"]), int(model["NR"]))}
     assert padded_rows(edge[0]) < padded_rows(int(model["MR"]))
+
+    avx2 = TARGETS["haswell"]
+    avx2_model = template.default_config(workload, avx2)
+    assert padded_rows(int(avx2_model["MR"])) == 128
+    avx2_tiles = {(int(c["MR"]), int(c["NR"])) for c in template.seed_configs(workload, avx2)}
+    assert avx2_tiles == {(int(avx2_model["MR"]), int(avx2_model["NR"]))}
