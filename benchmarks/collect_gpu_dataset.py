@@ -65,6 +65,28 @@ WORKLOADS = {
     "qkv_bias_2048x6144x4096": Workload(
         m=2048, n=6144, k=4096, dtype="float16", b_layout="col_major", epilogue="bias"
     ),
+    # Second and third examples of what a held-out workload could not learn from the others
+    # (a K whose rows are not 16-byte aligned, long K, decode batches, bf16, epilogues): with
+    # one example each, leave-one-out has none to learn them from.
+    "odd_333x4444x1111": Workload(m=333, n=4444, k=1111, dtype="float16", b_layout="col_major"),
+    "odd_777x1555x999_bf16": Workload(m=777, n=1555, k=999, dtype="bfloat16", b_layout="col_major"),
+    "long_k_128x128x32768": Workload(m=128, n=128, k=32768, dtype="float16", b_layout="col_major"),
+    "long_k_512x512x16384": Workload(m=512, n=512, k=16384, dtype="float16", b_layout="col_major"),
+    "long_k_64x4096x8192": Workload(m=64, n=4096, k=8192, dtype="float16", b_layout="col_major"),
+    "decode_8x6144x4096_bias": Workload(
+        m=8, n=6144, k=4096, dtype="float16", b_layout="col_major", epilogue="bias"
+    ),
+    "decode_8x4096x14336_bf16": Workload(
+        m=8, n=4096, k=14336, dtype="bfloat16", b_layout="col_major"
+    ),
+    "square_512": Workload(m=512, n=512, k=512, dtype="float16", b_layout="col_major"),
+    "square_2048": Workload(m=2048, n=2048, k=2048, dtype="float16", b_layout="col_major"),
+    "bias_relu_1000": Workload(
+        m=1000, n=1000, k=1000, dtype="float16", b_layout="col_major", epilogue="bias_relu"
+    ),
+    "prefill_2048x4096x14336_bf16": Workload(
+        m=2048, n=4096, k=14336, dtype="bfloat16", b_layout="col_major"
+    ),
 }
 TIMING = TimingPolicy(min_secs=0.02, max_repeats=20)
 
@@ -185,6 +207,10 @@ def main() -> int:
             summary = collect(
                 name, WORKLOADS[name], measurer, args.out, args.configs, args.seed, deadline
             )
+            # Per dataset: a later call with other options must not relabel this one's.
+            summary["sampled"] = f"{args.configs} configs, random.Random({args.seed})"
+            summary["command"] = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+            summary["commit"] = os.environ.get("TUNEHUB_COMMIT") or git_commit()
             manifest["datasets"][name] = summary
             print(f"# {name}: {summary['records']} records, best {summary['best_tflops']} "
                   f"TFLOP/s, default rank {summary['default_rank']}", flush=True)  # fmt: skip
