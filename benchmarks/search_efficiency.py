@@ -269,13 +269,27 @@ def global_model_figures(datasets: list[ReplayDataset]) -> dict[str, dict[str, f
         predicted = model.predict(group.workload, group.target, group.configs)
         rho = float(spearmanr(predicted, measured).statistic)
         winners = nearest_winners(train, req.workload)
-        pick = pick_config(model, req.workload, req.target, list(space.points), winners)
-        gflops = dataset.gflops()[pick.config.key]
+        pick = pick_config(
+            model,
+            req.workload,
+            req.target,
+            list(space.points),
+            winners,
+            consensus=model.features.consensus,
+        )
+        measured_gflops = dataset.gflops()
+        gflops = measured_gflops[pick.config.key]
         best = dataset.best.gflops or 1.0
+        # The analytical default, when the dataset measured it (the collectors measure every
+        # seed config): the pick has to beat it to be worth a model.
+        template = template_of(dataset)
+        default = template.default_config(req.workload, req.target) if template else None
+        default_gflops = measured_gflops.get(default.key, math.nan) if default else math.nan
         secs = pick.predicted_secs
         out[dataset.name] = {
             "spearman": rho,
             "predicted_fraction_of_best": gflops / best,
+            "default_fraction_of_best": default_gflops / best,
             "predicted_gflops": gflops,
             "predicted_secs": secs if secs is not None else math.nan,
             "measured_secs_of_pick": req.workload.flops / (gflops * 1e9) if gflops else math.nan,
@@ -454,15 +468,34 @@ def main() -> int:
             print(
                 f"  {name:>12}: Spearman {fig['spearman']:.3f}; zero-trial pick "
                 f"{fig['predicted_gflops']:.1f} GFLOP/s = {share:.1f}%"
-                f" of best (predicted {fig['predicted_secs'] * 1e3:.3f} ms, measured "
+                f" of best, default {100 * fig['default_fraction_of_best']:.1f}%"
+                f" (predicted {fig['predicted_secs'] * 1e3:.3f} ms, measured "
                 f"{fig['measured_secs_of_pick'] * 1e3:.3f} ms)"
             )
         rhos = [f["spearman"] for f in figures.values()]
         fractions = [f["predicted_fraction_of_best"] for f in figures.values()]
+        with_default = [
+            f for f in figures.values() if not math.isnan(f["default_fraction_of_best"])
+        ]
+        below = [
+            name
+            for name, f in figures.items()
+            if f["predicted_fraction_of_best"] < f["default_fraction_of_best"]
+        ]
+        geomean = math.exp(statistics.fmean(math.log(f) for f in fractions if f > 0))
         report["global_model_summary"] = {
             "median_spearman": statistics.median(rhos),
             "median_predicted_fraction_of_best": statistics.median(fractions),
+            "geomean_predicted_fraction_of_best": geomean,
+            "min_predicted_fraction_of_best": min(fractions),
+            "datasets_with_default": len(with_default),
+            "pick_below_default": below,
         }
+        print(
+            f"  zero-trial pick: geomean {100 * geomean:.1f}% of best, min "
+            f"{100 * min(fractions):.1f}%; below the default on {len(below)} of "
+            f"{len(with_default)} datasets that measured it {below or ''}"
+        )
         print(
             f"  median Spearman {statistics.median(rhos):.3f}; median zero-trial pick "
             f"{100 * statistics.median(fractions):.1f}% of best"

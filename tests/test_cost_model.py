@@ -88,8 +88,8 @@ def test_triton_features_count_tiles_waves_and_shared_memory() -> None:
 
 def test_triton_features_tell_one_kernel_split_k_from_two() -> None:
     fs = feature_set("triton.gemm")
-    assert fs.version == 3
-    workload = Workload(m=256, n=256, k=65536, dtype="float16")
+    assert fs.version == 4
+    workload = Workload(m=250, n=250, k=65536, dtype="float16")
     base = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4,
             "num_stages": 5}  # fmt: skip
     configs = [
@@ -102,10 +102,11 @@ def test_triton_features_tell_one_kernel_split_k_from_two() -> None:
     assert col["variant_splitk"].tolist() == [0.0, 1.0, 0.0]
     # The two-kernel split adds its reduce launch; the one-kernel split reduces in its own.
     assert col["kernel_launches"].tolist() == [2.0, 1.0, 1.0]
-    # Both move fp32 partials: 8 written and read back (one-kernel) vs 7 extra (two-kernel).
-    flops = 2.0 * 256 * 256 * 65536
+    # Both write 8 fp32 partials and read them back: the two-kernel split's workspace is
+    # M x N, the one-kernel split's slots are whole tiles (250 padded to 256).
+    flops = 2.0 * 250 * 250 * 65536
     assert col["split_k_bytes_per_flop"][1] == pytest.approx(8 * 256 * 256 * 8 / flops)
-    assert col["split_k_bytes_per_flop"][0] == pytest.approx(7 * 256 * 256 * 8 / flops)
+    assert col["split_k_bytes_per_flop"][0] == pytest.approx(8 * 250 * 250 * 8 / flops)
     assert col["split_k_bytes_per_flop"][2] == 0.0
 
 
@@ -165,9 +166,16 @@ def test_pick_config_prefers_a_neighbour_winner_the_model_scores_as_high(
     model.fit([r for d in rest for r in d.records])
     req = held_out.request
     points = [r.config for r in held_out.records]
-    pick = pick_config(model, req.workload, req.target, points)
+    consensus = model.features.consensus
+    pick = pick_config(model, req.workload, req.target, points, consensus=consensus)
     assert pick.config in points and not pick.from_neighbour
     # a "winner" identical to the model's own choice keeps it; a worse one is not taken
     worst = min(points, key=lambda c: model.predict(req.workload, req.target, [c])[0])
-    again = pick_config(model, req.workload, req.target, points, [worst, pick.config])
+    again = pick_config(
+        model, req.workload, req.target, points, [worst, pick.config], consensus=consensus
+    )
     assert again.config == pick.config
+    # a consensus of one is the model's argmax
+    scores = model.predict(req.workload, req.target, points)
+    top = pick_config(model, req.workload, req.target, points, consensus=1)
+    assert top.config == points[max(range(len(points)), key=lambda i: scores[i])]

@@ -65,5 +65,10 @@ def test_the_benchmark_replays_the_gpu_datasets(
     assert set(report["global_model"]) == names
     for figures in report["global_model"].values():
         assert -1 <= figures["spearman"] <= 1 and 0 < figures["predicted_fraction_of_best"] <= 1
+        # every collected dataset measured the template's default (a seed config)
+        assert 0 < figures["default_fraction_of_best"] <= 1
+    summary = report["global_model_summary"]
+    assert summary["datasets_with_default"] == len(names)
+    assert set(summary["pick_below_default"]) <= names
     assert report["overall"]["random"]["median_to_95_vs_random"] == 1.0
     assert report["machine"] and report["command"].startswith("python")

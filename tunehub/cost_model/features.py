@@ -50,12 +50,15 @@ _EPS = 1e-12
 @dataclass(frozen=True)
 class FeatureSet:
     """A template's features: ``key`` (``"<template>/<version>"``) names the list a model was
-    trained on; ``matrix`` computes it for a batch of configs."""
+    trained on; ``matrix`` computes it for a batch of configs. ``consensus`` is how many of
+    the best-scored points a zero-trial pick takes the medoid of (see predict.pick_config):
+    how far a model on these features can be trusted at its single top point."""
 
     template: str
     version: int
     names: tuple[str, ...]
     compute: FeatureFn
+    consensus: int = 20
 
     @property
     def key(self) -> str:
@@ -324,12 +327,16 @@ def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> di
         "warps_per_sm": warps * resident / MAX_WARPS_PER_SM,
         "k_iters": _ceil_div(k_per_split, bk),
         "flops_per_byte_tile": 2.0 * bm * bn / ((bm + bn) * elem),
-        # split-K writes (and reduces) SPLIT_K partial fp32 C tiles; ``splitk`` whole tiles
-        # (edges padded), written and read back once each
+        # split-K writes SPLIT_K partial fp32 C's and reads them back once: ``tiled`` to a
+        # workspace its reduce kernel sums, ``splitk`` as whole tiles (edges padded)
         "split_k_bytes_per_flop": np.where(
-            fused_split,
-            split * _ceil_div(m, bm) * bm * _ceil_div(n, bn) * bn * 4.0 * 2.0 / (2.0 * m * n * k),
-            (split - 1.0) * m * n * 4.0 * 2.0 / (2.0 * m * n * k),
+            split > 1,
+            split
+            * np.where(fused_split, _ceil_div(m, bm) * bm * _ceil_div(n, bn) * bn, m * n)
+            * 4.0
+            * 2.0
+            / (2.0 * m * n * k),
+            0.0,
         ),
         "group_m_rows": np.minimum(group * bm, m) / m,
     }
@@ -380,9 +387,17 @@ def generic_feature_set(template: str, knob_names: Sequence[str]) -> FeatureSet:
 
 
 FEATURE_SETS: dict[str, FeatureSet] = {
-    "blis.gemm": FeatureSet("blis.gemm", 1, BLIS_NAMES, _blis),
-    # 3: the ``splitk`` variant's column and ``kernel_launches``.
-    "triton.gemm": FeatureSet("triton.gemm", 3, TRITON_NAMES, _triton),
+    # Consensus, from leave-one-workload-out on the replay datasets (benchmarks/
+    # search_efficiency.py, zero-trial picks): on the 7 CPU datasets the medoid of the top 20
+    # reached 0.886 of the best (geomean) and the single argmax 0.774 (it overrates corners:
+    # KC=32 for K=16384); on the 21 GPU datasets the argmax reached 0.967 and the medoid of
+    # the top 20 0.880, the centre of a top 20 that mixes variants being no good tile at all.
+    "blis.gemm": FeatureSet("blis.gemm", 1, BLIS_NAMES, _blis, consensus=20),
+    # 3: the ``splitk`` variant's column and ``kernel_launches``. 4: ``tiled`` split-K's
+    # bytes count all SPLIT_K partials, written and read back (3 counted SPLIT_K - 1, and
+    # ranked a two-kernel split over the one-kernel one on 128x128x32768: 0.81 of the best,
+    # 1.0 with 4).
+    "triton.gemm": FeatureSet("triton.gemm", 4, TRITON_NAMES, _triton, consensus=1),
 }
 
 

@@ -22,10 +22,6 @@ class Pick:
     from_neighbour: bool = False
 
 
-# The zero-trial pick is the medoid of this many best-scored points (see pick_config).
-CONSENSUS = 20
-
-
 def medoid(configs: Sequence[Config], universe: Sequence[Config]) -> int:
     """Index of the config among ``configs`` with the least total distance to the others.
     A knob's distance is the gap between the two values' positions among the values that
@@ -53,12 +49,12 @@ def pick_config(
     points: Sequence[Config],
     winners: Sequence[Config] = (),
     *,
-    consensus: int = CONSENSUS,
+    consensus: int,
 ) -> Pick:
     """The model's zero-trial choice among ``points``: the medoid of the ``consensus``
-    best-scored points (the centre of the region the model likes: a single argmax is often
-    an extreme corner the model overrates, e.g. KC=32 for K=16384, at 0.49 of the best, where
-    the medoid of the top 20 reached 0.88 on the same held-out dataset), then checked against
+    best-scored points (the feature set's, see features.FeatureSet: where a model overrates
+    extreme corners, e.g. KC=32 for K=16384 on the CPU at 0.49 of the best, the centre of
+    the region it likes is the safer bet; 1 is the argmax), then checked against
     ``winners`` (the nearest tuned workloads' best configs that are also points of this
     space): a winner the model scores at least as high is taken instead, since it was
     measured fast on a similar shape."""

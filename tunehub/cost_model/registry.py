@@ -240,7 +240,17 @@ class ModelCache:
             if cached is not None:
                 self._picks.move_to_end(key)
                 return cached
-        prediction = Prediction(info, pick_config(model, workload, target, points(), winners()))
+        prediction = Prediction(
+            info,
+            pick_config(
+                model,
+                workload,
+                target,
+                points(),
+                winners(),
+                consensus=model.features.consensus,
+            ),
+        )
         with self._lock:
             self._picks[key] = prediction
             while len(self._picks) > self.max_entries:

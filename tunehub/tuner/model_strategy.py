@@ -32,7 +32,8 @@ import numpy as np
 
 from tunehub.core import Config, MeasureRecord, MeasureStatus, Workload
 from tunehub.cost_model.base import CostModel
-from tunehub.cost_model.predict import CONSENSUS, medoid
+from tunehub.cost_model.features import feature_set
+from tunehub.cost_model.predict import medoid
 from tunehub.cost_model.registry import GLOBAL_ENSEMBLE
 from tunehub.cost_model.xgb import XGBCostModel
 from tunehub.kernels.space import SearchSpace
@@ -158,6 +159,7 @@ class ModelStrategy(Strategy):
         self.min_records = min_records
         self.score_all_limit = score_all_limit
         self.rng = random.Random(context.seed)
+        self.consensus = feature_set(context.template.name, self.space.names).consensus
         self.base: CostModel | None = self._base_model()
         self.online = XGBCostModel(
             context.template.name,
@@ -333,14 +335,14 @@ class ModelStrategy(Strategy):
     def _diverse_top(
         self, pool: list[Config], scores: np.ndarray[Any, np.dtype[np.float64]]
     ) -> list[Config]:
-        """The medoid of the best-scored points first (see cost_model.predict.pick_config:
-        the centre of the region the model likes is a safer bet than its single argmax),
-        then greedy by score; a config within ``min_distance`` knobs of one already picked
-        waits, and fills the batch only if too few others remain."""
+        """The zero-trial pick first (see cost_model.predict.pick_config: the medoid of the
+        feature set's ``consensus`` best-scored points), then greedy by score; a config
+        within ``min_distance`` knobs of one already picked waits, and fills the batch only
+        if too few others remain."""
         order = np.argsort(-scores, kind="stable")[: 50 * self.batch_size]
         if not order.size:
             return []
-        top = order[:CONSENSUS]
+        top = order[: self.consensus]
         first = int(top[medoid([pool[int(i)] for i in top], pool)])
         picks: list[Config] = [pool[first]]
         waiting: list[Config] = []
