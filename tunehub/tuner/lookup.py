@@ -137,30 +137,39 @@ def find_schedules(
         for q in queries
     ]
     wanted = {q.workload.key for q, p in zip(queries, picks, strict=True) if p is not None}
-    baselines: dict[tuple[str, str, str, str], MeasureRecord] = {}
+    # Baselines by (workload, target, library); the library config that matches a schedule's
+    # is found by comparing configs, and only for workloads that have a Baseline at all: a
+    # batch of a thousand answers would otherwise hash a thousand configs it never uses.
+    baselines: dict[tuple[str, str, str], list[MeasureRecord]] = {}
     if wanted:
         for record in store.baselines_for(workload_keys=wanted):
             request = record.request
-            baselines[
-                (
-                    request.workload.key,
-                    request.target.target_key,
-                    request.template,
-                    request.config.key,
-                )
-            ] = record
+            baselines.setdefault(
+                (request.workload.key, request.target.target_key, request.template), []
+            ).append(record)
     answers: list[LookupAnswer | None] = []
     for q, picked in zip(queries, picks, strict=True):
         if picked is None:
             answers.append(None)
             continue
         schedule, source = picked
-        wanted_key = _baseline_key(
-            q.workload, q.target, schedule.template, schedule.config, schedule.target_key
-        )
-        baseline = None if wanted_key is None else baselines.get(wanted_key[:4])
+        baseline = None
+        library = _baseline_library(schedule.template)
+        measured = baselines.get((q.workload.key, schedule.target_key, library or ""))
+        if library is not None and measured:
+            tmpl = get_template(schedule.template)
+            wanted_config = tmpl.baseline_config(schedule.config, q.workload, q.target)
+            baseline = next((r for r in measured if r.request.config == wanted_config), None)
         answers.append(LookupAnswer(schedule, source, q.workload, baseline))
     return answers
+
+
+def _baseline_library(template: str) -> str | None:
+    """The baseline template (the vendor library) ``template`` is compared with, if any."""
+    try:
+        return get_template(template).baseline_template
+    except UnknownName:
+        return None
 
 
 def _pick(
