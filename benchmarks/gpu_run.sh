@@ -3,6 +3,7 @@
 #   bash benchmarks/gpu_run.sh smoke service        # a quick tune, the service end to end
 #   bash benchmarks/gpu_run.sh check                  # correctness matrix, a process a variant
 #   bash benchmarks/gpu_run.sh splitk                 # one-kernel split-K: its check + timings
+#   bash benchmarks/gpu_run.sh waves                  # wave-quantised shapes: configs past the space
 #   bash benchmarks/gpu_run.sh bench "4096x4096x4096 16x4096x4096" [trials]
 #   bash benchmarks/gpu_run.sh dataset "square_4096 odd_1000x3000x777" [deadline secs]
 #     (DATASET_ARGS="--configs 500" to sample fewer configs a workload)
@@ -72,6 +73,15 @@ step_splitk() {
   echo "gpu_splitk rc=${PIPESTATUS[0]}"
 }
 
+step_waves() {
+  # The shapes whose tiles leave SMs idle, with configs the space leaves out (split-K past two
+  # waves) and tiles that share an SM, beside the search's pick and cuBLAS (and its kernels).
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+  timeout 420 python3 benchmarks/gpu_waves.py \
+    --out "$OUT/gpu_waves-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/waves.log"
+  echo "gpu_waves rc=${PIPESTATUS[0]}"
+}
+
 step_bench() {
   local cases=() trials="${2:-64}"
   for c in $1; do cases+=(--case "$c"); done
@@ -89,7 +99,7 @@ step_dataset() {
 }
 
 case "${1:-}" in
-  smoke|service|check|splitk) for s in "$@"; do "step_$s"; done ;;
+  smoke|service|check|splitk|waves) for s in "$@"; do "step_$s"; done ;;
   bench) step_bench "$2" "${3:-64}" ;;
   dataset) step_dataset "$2" "${3:-420}" ;;
   *) sed -n 2,8p "$0"; exit 2 ;;
