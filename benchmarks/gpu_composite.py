@@ -300,7 +300,7 @@ def main() -> int:
             try:
                 if kind == "cuBLAS":
 
-                    def call(out: Any = out) -> Any:
+                    def call(out: Any = out, ops: Any = ops) -> Any:
                         return torch.matmul(ops.a, ops.b, out=out)
 
                     row["name"] = "cuBLAS"
