@@ -182,6 +182,7 @@ def composite(a: Any, b: Any, out: Any, tile: dict[str, int]) -> Any:
             tile["GROUP_M"],
             num_warps=tile["num_warps"],
             num_stages=tile["num_stages"],
+            num_ctas=tile.get("num_ctas", 1),
         )
         return out
 
@@ -206,31 +207,31 @@ CASES: list[tuple[tuple[int, int, int, str], list[tuple[str, dict[str, Any]]]]] 
         (3000, 1000, 4000, "float16"),
         [
             ("pick", {"variant": "tma", **tile(128, 256, 64, 8, 8, 4), "SPLIT_K": 1}),
-            ("composite", tile(128, 256, 64, 8, 8, 4)),
-            ("composite", tile(192, 128, 64, 8, 8, 4)),
-            ("composite", tile(192, 128, 64, 8, 8, 3)),
-            ("composite", tile(192, 128, 64, 16, 8, 4)),
-            ("composite", tile(192, 128, 64, 8, 12, 4)),
             ("composite", tile(192, 128, 64, 8, 4, 4)),
-            ("composite", tile(192, 128, 32, 8, 8, 5)),
-            ("composite", tile(128, 192, 64, 8, 8, 4)),
+            ("composite", tile(192, 128, 64, 8, 4, 3)),
+            ("composite", tile(192, 128, 64, 4, 4, 4)),
+            ("composite", tile(192, 128, 128, 8, 4, 2)),
+            ("composite", {**tile(192, 128, 64, 8, 4, 4), "num_ctas": 2}),
+            ("composite", {**tile(128, 256, 64, 8, 8, 4), "num_ctas": 2}),
+            ("composite", tile(192, 64, 64, 8, 4, 4)),
+            ("composite", tile(96, 128, 64, 8, 4, 4)),
         ],
     ),
     (
         (1536, 1536, 1536, "bfloat16"),
         [
             ("pick", {"variant": "tiled", **tile(64, 128, 64, 4, 4, 3), "SPLIT_K": 1}),
-            ("composite", tile(128, 96, 64, 8, 4, 3)),
-            ("composite", tile(128, 96, 64, 8, 8, 4)),
-            ("composite", tile(192, 128, 64, 8, 12, 4)),
+            ("composite", tile(192, 128, 64, 8, 4, 4)),
+            ("composite", tile(128, 192, 64, 8, 4, 4)),
+            ("composite", {**tile(128, 128, 64, 8, 8, 4), "num_ctas": 2}),
         ],
     ),
     (
         (4096, 4096, 4096, "float16"),
         [
             ("pick", {"variant": "tma", **tile(128, 256, 64, 4, 8, 4), "SPLIT_K": 1}),
-            ("composite", tile(192, 128, 64, 8, 12, 4)),
-            ("composite", tile(192, 128, 64, 8, 8, 3)),
+            ("composite", tile(192, 128, 64, 8, 4, 4)),
+            ("composite", {**tile(128, 256, 64, 8, 8, 4), "num_ctas": 2}),
         ],
     ),
 ]
@@ -252,7 +253,7 @@ def describe(kind: str, c: dict[str, Any]) -> str:
     return (
         f"{name} {c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} g{c['GROUP_M']} "
         f"w{c['num_warps']} s{c['num_stages']}"
-    )
+    ) + (f" ctas{c['num_ctas']}" if c.get("num_ctas", 1) > 1 else "")
 
 
 def main() -> int:
