@@ -179,7 +179,9 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
     }
     # Every variant x dtype x epilogue x layout on a shape that suits TMA (16-byte leading
     # dimensions for every dtype) yet has partial tiles in M, N and K.
-    for variant, c in configs.items():
+    # A composite tile (192 rows: a 128- and a 64-row block) runs as 'tiled'.
+    matrix = [*configs.items(), ("tiled", cfg("tiled", 192, 64, 32, 4, 3, group_m=4))]
+    for variant, c in matrix:
         for (dtype, tf32), layouts, epilogue in _product(dtypes, layout_pairs, tg.EPILOGUES):
             if tg.workload_problem(variant, 272, 336, 208, dtype, *layouts):
                 continue
@@ -214,6 +216,13 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         (cfg("splitk", 128, 128, 64, 8, 4, split_k=16), 128, 128, 32768),
         (cfg("persistent", 128, 128, 64, 4, 4, FLATTEN=True), 300, 500, 400),
         (cfg("tma", 128, 128, 64, 8, 4, FLATTEN=False), 304, 496, 400),
+        # Composite tiles: the seeded 192x128 on the shapes it is for, rows that divide (the
+        # contiguity hints) and odd, ragged ones.
+        (cfg("tiled", 192, 128, 64, 4, 4), 3000, 1000, 4000),
+        (cfg("tiled", 192, 128, 64, 4, 4), 1536, 1536, 1536),
+        (cfg("tiled", 192, 128, 64, 4, 4), 384, 256, 512),
+        (cfg("tiled", 192, 64, 32, 4, 3), 257, 333, 211),
+        (cfg("tiled", 192, 128, 64, 8, 4), 200, 100, 80),
     ]
     for c, m, n, k in edge:
         for epilogue in ("none", "bias_gelu"):

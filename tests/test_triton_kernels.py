@@ -218,6 +218,22 @@ def test_tma_edge_shapes() -> None:
 
 
 @pytest.mark.parametrize(
+    ("m", "n", "k"),
+    [
+        pytest.param(100, 45, 70, id="wrapped-rows"),  # 96-row tiles: the second wraps
+        pytest.param(192, 40, 64, id="whole-tiles"),  # M divides: contiguity hints, no wrap
+        pytest.param(7, 33, 40, id="M-below-one-block"),
+    ],
+)
+@pytest.mark.parametrize("layouts", LAYOUT_PAIRS, ids="x".join)
+def test_composite_tile(m: int, n: int, k: int, layouts: tuple[str, str]) -> None:
+    # BLOCK_M=96: a 64-row and a 32-row block sharing each B tile (192 = 128 + 64 on a GPU).
+    cfg = config("tiled", bm=96, bn=32, bk=32)
+    for dtype, epilogue in (("float16", "bias"), ("bfloat16", "bias_relu"), ("float32", "none")):
+        assert_close(run(m, n, k, cfg, dtype, epilogue, layouts), dtype)
+
+
+@pytest.mark.parametrize(
     ("k", "split_k"),
     [
         pytest.param(200, 4, id="even-splits"),
@@ -485,12 +501,17 @@ def test_resource_estimates_match_the_sm90_compiler() -> None:
 def test_config_problem() -> None:
     ok = config("tiled", bm=128, bn=128, bk=64, num_stages=3, num_warps=4)
     assert tg.config_problem(ok, "float16", H100) is None
+    # A composite tile: 192 rows as a 128- and a 64-row block (tiled, no split-K).
+    assert tg.config_problem({**ok, "BLOCK_M": 192, "num_stages": 4}, "float16", H100) is None
     assert tg.config_problem(config("ws", bm=128, bn=256, bk=64), "float16", H100) is None
     cases: list[tuple[dict[str, Any], str, str]] = [
         ({**ok, "num_stages": 6, "BLOCK_N": 256}, "float16", "shared memory"),
         ({**ok, "BLOCK_M": 256, "BLOCK_N": 256}, "float16", "registers"),
         ({**ok, "BLOCK_K": 16}, "float8_e4m3fn", "MMA's K of 32"),
         ({**ok, "BLOCK_M": 48}, "float16", "power of two"),
+        ({**ok, "BLOCK_N": 192}, "float16", "power of two"),
+        ({**ok, "BLOCK_M": 192, "variant": "persistent"}, "float16", "'tiled' without split-K"),
+        ({**ok, "BLOCK_M": 192, "SPLIT_K": 2}, "float16", "'tiled' without split-K"),
         ({**ok, "variant": "persistent", "SPLIT_K": 4}, "float16", "only tiled"),
         ({**ok, "variant": "splitk"}, "float16", "SPLIT_K >= 2"),
         ({**ok, "variant": "splitk", "SPLIT_K": 2, "FLATTEN": False}, "float16", "persistent"),

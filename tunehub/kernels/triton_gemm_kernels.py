@@ -77,6 +77,7 @@ from tunehub.kernels.triton_gemm_limits import (
     _canonical,
     _dense_strides,
     _ws_layout_problem,
+    composite_rest,
     config_problem,
     dtype_name,
     dtype_problem,
@@ -135,6 +136,19 @@ def _load_offsets(pid, SIZE: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _block_offsets(start, SIZE: tl.constexpr, TILE: tl.constexpr, BLOCK: tl.constexpr):
+    # Rows of one block of a composite tile (``_load_offsets`` for a tile of two blocks): the
+    # same wrap past the edge; where whole tiles divide the size, each block's rows are one
+    # run whose start is a multiple of the smaller block (64 for 192 = 128 + 64).
+    offs = start + tl.arange(0, BLOCK)
+    if SIZE % TILE == 0:
+        offs = tl.max_contiguous(tl.multiple_of(offs, TILE // 3), BLOCK)
+    else:
+        offs = offs % SIZE
+    return offs
+
+
+@triton.jit
 def _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE: tl.constexpr):
     if EPILOGUE != "none":
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
@@ -176,13 +190,23 @@ def _gemm_tiled_kernel(
     EVEN_K: tl.constexpr,
     EPILOGUE: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
+    BM1: tl.constexpr,
 ):
+    # BM1 > 0: a composite tile of BLOCK_M = BM0 + BM1 rows (192 = 128 + 64; no split-K),
+    # held as two blocks that share each B tile, as Triton's blocks are powers of two.
+    BM0: tl.constexpr = BLOCK_M - BM1
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = _tile_coords(pid, num_pid_m, num_pid_n, GROUP_M)
-    offs_am = _load_offsets(pid_m, M, BLOCK_M)
+    if BM1 == 0:
+        offs_am = _load_offsets(pid_m, M, BLOCK_M)
+    else:
+        offs_am = _block_offsets(pid_m * BLOCK_M, M, BLOCK_M, BM0)
+        offs_am1 = _block_offsets(pid_m * BLOCK_M + BM0, M, BLOCK_M, BM1)
+        a_rows1 = a_ptr + offs_am1[:, None] * stride_am
+        acc1 = tl.zeros((BM1, BLOCK_N), dtype=tl.float32)
     offs_bn = _load_offsets(pid_n, N, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     k_tiles = tl.cdiv(K, BLOCK_K)
@@ -198,7 +222,7 @@ def _gemm_tiled_kernel(
     # sizes constant, the compiler folds them (as in Inductor's template).
     a_rows = a_ptr + offs_am[:, None] * stride_am
     b_cols = b_ptr + offs_bn[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BM0, BLOCK_N), dtype=tl.float32)
     for kt in range(kt_start, kt_end):
         offs_kk = kt * BLOCK_K + offs_k
         a_ptrs = a_rows + offs_kk[None, :] * stride_ak
@@ -210,11 +234,22 @@ def _gemm_tiled_kernel(
             a = tl.load(a_ptrs, mask=offs_kk[None, :] < K, other=0.0)
             b = tl.load(b_ptrs, mask=offs_kk[:, None] < K, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        if BM1 > 0:
+            a1_ptrs = a_rows1 + offs_kk[None, :] * stride_ak
+            if EVEN_K:
+                a1 = tl.load(a1_ptrs)
+            else:
+                a1 = tl.load(a1_ptrs, mask=offs_kk[None, :] < K, other=0.0)
+            acc1 = tl.dot(a1, b, acc1, input_precision=INPUT_PRECISION)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BM0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if SPLIT_K == 1:
         acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
         _store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm)
+        if BM1 > 0:
+            acc1 = _epilogue(acc1, bias_ptr, offs_n, N, EPILOGUE)
+            offs_m1 = pid_m * BLOCK_M + BM0 + tl.arange(0, BM1)
+            _store_tile(c_ptr, acc1, offs_m1, offs_n, M, N, stride_cm)
     else:
         # The epilogue is not linear: it runs once, on the full sum, in the reduce kernel.
         part_ptr = ws_ptr + pid_k.to(tl.int64) * M * N
@@ -566,7 +601,13 @@ def _launches(
                 _gemm_tiled_kernel,
                 (tiles, split_k),
                 (a, b, c, bias, ws, *scalars),
-                {**common, "SPLIT_K": split_k, "EVEN_K": even_k, **options},
+                {
+                    **common,
+                    "SPLIT_K": split_k,
+                    "EVEN_K": even_k,
+                    "BM1": composite_rest(bm),
+                    **options,
+                },
             )
         ]
         if split_k > 1:

@@ -56,6 +56,12 @@ _MIN_BLOCK_K = {"float16": 16, "bfloat16": 16, "float32": 16, "float8_e4m3fn": 3
 _MAX_REGS_PER_THREAD = 255
 # What setmaxnreg gives ws's consumer warpgroups (12 warps share the 64K register file).
 _MAX_REGS_WS = 232
+# The estimate a composite tile with 16-bit operands may reach: Triton 3.6 compiled 192x128x64
+# w4 s4 (estimated 272) to 255 registers and 360 bytes of stack with a GELU epilogue, and it
+# ran 3000x1000x4000 at 1.09x the best power-of-two tile on the H100 (1536^3: 1.04x;
+# benchmarks/results/gpu_composite-h100-20261125T020706.log). With float32 operands the same
+# tile went to 15 KB of stack, so they keep the plain cap.
+_MAX_REGS_COMPOSITE_EST = 280
 _INT32_MAX = 2**31 - 1
 # Tile of the split-K reduce kernel (triton_gemm_kernels): 4096 fp32 per program keeps it
 # memory bound.
@@ -64,6 +70,18 @@ _REDUCE_BLOCK_N = 128
 # Programs per "SM" when the interpreter runs persistent kernels on CPU tensors: small and odd,
 # so a program loops over several tiles.
 _INTERPRETER_NUM_SMS = 3
+
+
+# Row counts of composite tiles: ``tiled`` runs BLOCK_M = 192 as a 128-row and a 64-row block
+# that share each B tile (two dots a K step), since Triton's blocks are powers of two. cuBLAS
+# answers 3000x1000x4000 with 192x128 tiles: 128 tiles for 132 SMs where 128x256 makes 96
+# (benchmarks/notes/gpu_kernels_v2.md, "Composite tiles").
+COMPOSITE_BLOCK_MS: tuple[int, ...] = (96, 192)
+
+
+def composite_rest(block_m: int) -> int:
+    """Rows of a composite tile's second block (64 of 192), 0 for a power of two."""
+    return block_m // 3 if block_m in COMPOSITE_BLOCK_MS else 0
 
 
 def variants() -> tuple[str, ...]:
@@ -278,6 +296,13 @@ def config_problem(
         return str(exc)
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         value = knobs[key]
+        if key == "BLOCK_M" and value in COMPOSITE_BLOCK_MS:
+            if variant != "tiled" or knobs["SPLIT_K"] != 1:
+                return (
+                    f"BLOCK_M={value} (a {value - composite_rest(value)}- and a "
+                    f"{composite_rest(value)}-row block) is for 'tiled' without split-K only"
+                )
+            continue
         if value < 16 or value & (value - 1):
             return f"{key}={value}: tl.dot needs a power of two >= 16"
     if knobs["BLOCK_K"] < _MIN_BLOCK_K[name]:
@@ -332,6 +357,8 @@ def config_problem(
         return f"needs ~{smem} bytes of shared memory per block, over the device's {limit}"
     regs = regs_per_thread(config, name)
     cap = _MAX_REGS_WS if variant == "ws" else _MAX_REGS_PER_THREAD
+    if knobs["BLOCK_M"] in COMPOSITE_BLOCK_MS and ELEMENT_BYTES[name] == 2:
+        cap = _MAX_REGS_COMPOSITE_EST
     if regs > cap:
         return (
             f"~{regs} registers per thread (fp32 accumulator {knobs['BLOCK_M']}x"
