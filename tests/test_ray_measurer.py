@@ -344,6 +344,39 @@ def test_a_killed_service_s_actors_stop_and_its_restart_resumes_the_job(
     check_records(store, job_id, "test.pipeline", 30)
 
 
+def test_serve_ray_local_starts_a_ray_of_its_own_even_beside_another_cluster(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """``tunehub serve --ray local`` measures on this machine through a Ray instance it starts
+    in its process, and never joins a cluster that already runs here (found through
+    ``RAY_ADDRESS`` or the address file ``ray start`` leaves behind)."""
+    import ray
+
+    nodes_before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    home = tmp_path / "home"
+    server = LiveServer(
+        home,
+        command=[sys.executable, "-m", "tunehub.cli", "serve", "--ray", "local"],
+        RAY_ADDRESS=ray_cluster.address,  # another cluster, as `ray start` would announce it
+        TUNEHUB_MEASURE_TIMEOUT_SECS="5",
+        TUNEHUB_MIN_REPEAT_SECS="0.01",
+        TUNEHUB_MAX_REPEATS="5",
+        TUNEHUB_TRAIN_MODELS="false",
+    )
+    store = SqlScheduleStore(f"sqlite:///{home / 'tunehub.db'}")
+    try:
+        server.start(timeout_secs=180)
+        job_id = submit(store, "test.pipeline", trials=6)
+        assert wait_finished(store, job_id, 120) is JobState.SUCCEEDED, server.logs()
+        (worker,) = ray_workers(store)
+        assert worker.device == "cpu" and worker.target_key == local_cpu_target().target_key
+        check_records(store, job_id, "test.pipeline", 6)
+    finally:
+        server.stop()
+        store.close()
+    assert {n["NodeID"] for n in ray.nodes() if n["Alive"]} == nodes_before, "it joined ours"
+
+
 def test_two_jobs_of_a_target_share_its_actors_at_once(
     runner: JobRunner, two_nodes: list[Any]
 ) -> None:

@@ -368,7 +368,10 @@ class RayCluster:
         if not ray.is_initialized():
             if address == "local":
                 # This machine is the cluster: its CPU (and GPUs the caller names) are offered.
+                # address="local" (not None): a new instance even where RAY_ADDRESS or the
+                # address file `ray start` leaves names a cluster, which ray.init() would join.
                 ray.init(
+                    address="local",
                     resources=dict(resources or node_resources(cpu=True, gpus=())),
                     include_dashboard=False,
                     log_to_driver=False,
