@@ -4,6 +4,7 @@ database away mid-job (PostgreSQL), a worker whose fingerprint is not the target
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -271,6 +272,27 @@ def test_a_worker_whose_fingerprint_is_not_the_target_it_claims_is_refused(
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert refused and f"claims target {other_machine[:12]}" in refused[0]
     assert local_cpu_target().name in refused[0]
+
+
+def test_a_refusal_names_what_differs_from_a_target_the_service_knows(
+    runner: JobRunner, ray_cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node claiming a known target — this CPU as it was with another compiler (another
+    driver, for a GPU) — is refused, naming the field and both values."""
+    store = runner.store
+    here = local_cpu_target()
+    other = dataclasses.replace(here, toolchain={**here.toolchain, "cc": "gcc 4.8.5"})
+    store.put_target(other)
+    node = add_worker_node(ray_cluster, claim=other.target_key)
+    try:
+        with caplog.at_level(logging.ERROR, logger="tunehub.workers.ray_measurer"):
+            runner.sync_cluster()
+    finally:
+        ray_cluster.remove_node(node, allow_graceful=False)
+    assert ray_workers(store) == []
+    (refused,) = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert "differs in toolchain:" in refused and "gcc 4.8.5" in refused, refused
+    assert repr(here.toolchain) in refused  # what it has, beside what it claims
 
 
 def test_the_worker_command_refuses_a_claim_its_fingerprint_does_not_match(
