@@ -1,10 +1,11 @@
 """Measurement through Ray on a real local cluster: actors per node, jobs through the runner,
-a killed actor, a lost node (with and without another of its target), a killed service, the
+builds beside timing on an actor, a killed actor, a lost node (with and without another of its target), a killed service, the
 database away mid-job (PostgreSQL), a worker whose fingerprint is not the target it claims."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import os
 import pickle
@@ -419,6 +420,42 @@ def test_two_jobs_of_a_target_share_its_actors_at_once(
         records = store.job_records(job_id)
         assert len(records) == 16 == len({r.config.key for r in records})
         assert all(r.status is MeasureStatus.OK for r in records)
+
+
+def test_an_actor_builds_beside_timing_on_other_cores_and_times_one_at_a_time(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """Through an actor, as on one machine: builds run in parallel on the node's CPU slots,
+    also while a candidate is timed but never on the cores it is timed on, and timing is
+    exclusive. The test template logs each build's and run's interval and cores."""
+    log = tmp_path / "intervals.log"
+    env = {"TUNEHUB_TEST_INTERVALS": str(log), "TUNEHUB_TEST_RUN_SECS": "0.2"}
+    node = add_worker_node(ray_cluster)
+    cluster = RayCluster(ray_cluster.address, options={**OPTIONS, "timeout_secs": 30.0, "env": env})
+    try:
+        added, _ = cluster.refresh()
+        assert {s.node_id for s in added} == {node.node_id}
+        measurer = cluster.measurer(local_cpu_target().target_key, job_id=1)
+        requests = [
+            MeasureRequest(WORKLOAD, local_cpu_target(), "test.pipeline", 1, Config({"i": i}))
+            for i in range(10)
+        ]
+        results = measurer.measure(requests)
+    finally:
+        cluster.close()
+        ray_cluster.remove_node(node, allow_graceful=False)
+    assert [r.status for r in results] == [MeasureStatus.OK] * 10
+    lines = [line.split() for line in log.read_text().splitlines()]
+    builds = [(float(s), float(e), cores) for kind, _, s, e, _, cores in lines if kind == "build"]
+    runs = sorted((float(s), float(e), cores) for kind, _, s, e, _, cores in lines if kind == "run")
+    assert len(builds) == len(runs) == 10
+    for (_, end, _), (start, _, _) in itertools.pairwise(runs):
+        assert end <= start, "two candidates were timed at once"
+    beside = [(b, r) for b in builds for r in runs if b[0] < r[1] and r[0] < b[1]]
+    if len(os.sched_getaffinity(0)) > 1:
+        assert beside, "no build ran while a candidate was timed"
+        for build, run in beside:
+            assert not set(build[2].split(",")) & set(run[2].split(",")), (build, run)
 
 
 def test_a_request_that_loses_every_worker_it_meets_is_a_worker_error(
