@@ -1,6 +1,7 @@
 """Measurement through Ray on a real local cluster: actors per node, jobs through the runner,
-builds beside timing on an actor, a killed actor, a lost node (with and without another of its target), a killed service, the
-database away mid-job (PostgreSQL), a worker whose fingerprint is not the target it claims."""
+builds beside timing on an actor, a killed actor, a lost node (with and without another of its
+target), a killed service, `serve --ray local`, the database away mid-job (PostgreSQL), a worker
+whose fingerprint is not the target it claims."""
 
 from __future__ import annotations
 
