@@ -6,6 +6,7 @@ are checked, not started; tests/test_cluster*.py run the same topology without D
 from __future__ import annotations
 
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,6 @@ from tunehub.service.settings import Settings
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
-# Services whose command only the ray branch's CLI has (`tunehub worker`, `serve --ray`).
 
 
 def env_file_vars(path: Path) -> dict[str, str]:
@@ -180,3 +180,49 @@ def test_the_secrets_stay_out_of_git() -> None:
     assert "deploy.env" in ignored
     assert "deploy.env" in (REPO / ".dockerignore").read_text().split()
     assert (REPO / "deploy.env.example").exists()
+
+
+def readme_section(title: str) -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else None]
+
+
+def section_commands(section: str, program: str) -> list[list[str]]:
+    """The ``program`` command lines of a section's bash blocks, comments cut off."""
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
+        for line in block.splitlines():
+            argv = shlex.split(line, comments=True)
+            if argv and argv[0] == program:
+                found.append(argv)
+    return found
+
+
+CLUSTER = readme_section("Run on a cluster")
+
+
+def test_the_readme_cluster_commands_exist_in_the_cli() -> None:
+    tunehub_lines = section_commands(CLUSTER, "tunehub")
+    ray_lines = section_commands(CLUSTER, "ray")
+    # The topology: schema, replicas, workers (a worker machine's two ways), and the head.
+    assert [a[1] for a in tunehub_lines].count("worker") >= 2
+    assert {"serve", "db", "worker"} <= {a[1] for a in tunehub_lines}
+    assert any("--head" in a for a in ray_lines)
+    for argv in tunehub_lines:
+        assert parse_command(tunehub_cli, argv[1:]).command.callback is not None, argv
+    for argv in ray_lines:
+        assert parse_command(ray_cli(), argv[1:]).command.callback is not None, argv
+    with pytest.raises(click.UsageError):  # the check can fail
+        parse_command(tunehub_cli, ["worker", "--adress", "h:1"])
+
+
+def test_the_readme_says_what_stays_private_and_how_the_token_is_handled() -> None:
+    text = " ".join(CLUSTER.split())
+    for port in ("6379", "8265", "10001", "5432"):
+        assert re.search(rf"\b{port}\b", text.split("Ports that stay private")[1]), port
+    assert "Only the API's port (8000)" in text
+    assert "RAY_AUTH_MODE=token" in text and "Ray 2.52+" in text
+    assert "RAY_AUTH_TOKEN" in text and "secrets.token_hex" in text  # where the token comes from
+    assert "Add a worker machine" in text and "GET /api/v1/workers" in text

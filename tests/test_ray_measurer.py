@@ -1,8 +1,12 @@
 """Measurement through Ray on a real local cluster: actors per node, jobs through the runner,
-a killed actor, a lost node, a worker whose fingerprint is not the target it claims."""
+builds beside timing on an actor, a killed actor, a lost node (with and without another of its
+target), a killed service, `serve --ray local`, the database away mid-job (PostgreSQL), a worker
+whose fingerprint is not the target it claims."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import os
 import pickle
@@ -17,9 +21,11 @@ from typing import Any
 import pytest
 
 import tests.faulty_template  # registers the test templates in this process too
+from tests.db_fixtures import empty_pg_database
 from tests.live import LiveServer
 from tests.ray_fixtures import *  # noqa: F403 - the ray_cluster fixture (skips without Ray)
 from tests.ray_fixtures import REPO, add_worker_node
+from tests.test_leases import allow_connections
 from tests.test_local_measurer import FAST, alive
 from tests.test_runner import wait_finished, wait_for
 from tunehub.core import (
@@ -32,8 +38,9 @@ from tunehub.core import (
     MeasureStatus,
     Workload,
     local_cpu_target,
+    utc_now,
 )
-from tunehub.db import MemoryScheduleStore, ScheduleStore, SqlScheduleStore
+from tunehub.db import MemoryScheduleStore, ScheduleStore, SqlScheduleStore, upgrade
 from tunehub.kernels.registry import get_template
 from tunehub.service.routes_jobs import job_out
 from tunehub.service.runner import JobRunner
@@ -100,7 +107,8 @@ def two_nodes(ray_cluster: Any) -> Iterator[list[Any]]:
         yield nodes
     finally:
         for node in nodes:
-            ray_cluster.remove_node(node, allow_graceful=False)
+            if node in ray_cluster.worker_nodes:  # a test may have removed it already
+                ray_cluster.remove_node(node, allow_graceful=False)
 
 
 def ray_workers(store: ScheduleStore) -> list[Any]:
@@ -137,9 +145,10 @@ def test_a_job_runs_on_the_actors_of_its_target_and_a_crash_costs_one_record(
 
     wait_for(seen_busy, timeout=60)
     assert wait_finished(store, job_id, 90) is JobState.SUCCEEDED
-    if busy:
-        assert busy[0]["job_id"] == job_id
-        assert busy[0]["config"]["mode"] in tests.faulty_template.MODES
+    # The hang alone holds an actor in `timing` for seconds, against a 0.5 s heartbeat.
+    assert busy, "no ray worker was ever seen building or timing"
+    assert busy[0]["job_id"] == job_id
+    assert busy[0]["config"]["mode"] in tests.faulty_template.MODES
     check_records(store, job_id, "test.faulty", 11)
     by_mode = {r.config["mode"]: r.status for r in store.job_records(job_id)}
     assert by_mode["crash"] is MeasureStatus.RUNTIME_ERROR
@@ -168,6 +177,36 @@ def test_a_killed_actor_s_requests_are_measured_by_another_and_the_job_goes_on(
     statuses = {r.status for r in store.job_records(job_id)}
     assert statuses == {MeasureStatus.OK}, "a lost actor cost a config its verdict"
     assert victim.worker_id not in {w.worker_id for w in ray_workers(store)}
+
+
+def test_a_lost_node_s_requests_are_measured_on_the_other_node_and_the_job_goes_on(
+    runner: JobRunner,
+    two_nodes: list[Any],
+    ray_cluster: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A whole worker node killed (its raylet, the actor and its sandboxes): the calls it had
+    in flight go to the actor on the other node of the target, and the job never stops."""
+    store = runner.store
+    job_id = submit(store, "test.pipeline", trials=24)
+    with caplog.at_level(logging.WARNING, logger="tunehub.workers.ray_measurer"):
+        runner.start()
+        cluster = runner.cluster
+        assert cluster is not None
+        wait_for(lambda: len(store.job_records(job_id)) >= 3, timeout=60)
+        with cluster.lock:
+            victim = max(cluster.slots.values(), key=lambda s: s.in_flight)
+            in_flight = victim.in_flight
+        assert in_flight > 0, "nothing was in flight on the node to kill"
+        (node,) = [n for n in two_nodes if n.node_id == victim.node_id]
+        ray_cluster.remove_node(node, allow_graceful=False)
+        assert wait_finished(store, job_id, 90) is JobState.SUCCEEDED
+    check_records(store, job_id, "test.pipeline", 24)
+    assert {r.status for r in store.job_records(job_id)} == {MeasureStatus.OK}
+    retried = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retrying")]
+    assert retried, "the lost node's calls were not sent to another worker"
+    (left,) = ray_workers(store)
+    assert left.info["node"] != victim.node_id and left.worker_id != victim.worker_id
 
 
 def start_worker_process(address: str) -> subprocess.Popen[bytes]:
@@ -237,12 +276,33 @@ def test_a_worker_whose_fingerprint_is_not_the_target_it_claims_is_refused(
     assert local_cpu_target().name in refused[0]
 
 
+def test_a_refusal_names_what_differs_from_a_target_the_service_knows(
+    runner: JobRunner, ray_cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node claiming a known target — this CPU as it was with another compiler (another
+    driver, for a GPU) — is refused, naming the field and both values."""
+    store = runner.store
+    here = local_cpu_target()
+    other = dataclasses.replace(here, toolchain={**here.toolchain, "cc": "gcc 4.8.5"})
+    store.put_target(other)
+    node = add_worker_node(ray_cluster, claim=other.target_key)
+    try:
+        with caplog.at_level(logging.ERROR, logger="tunehub.workers.ray_measurer"):
+            runner.sync_cluster()
+    finally:
+        ray_cluster.remove_node(node, allow_graceful=False)
+    assert ray_workers(store) == []
+    (refused,) = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert "differs in toolchain:" in refused and "gcc 4.8.5" in refused, refused
+    assert repr(here.toolchain) in refused  # what it has, beside what it claims
+
+
 def test_the_worker_command_refuses_a_claim_its_fingerprint_does_not_match(
     ray_cluster: Any,
 ) -> None:
     import ray
 
-    nodes_before = len([n for n in ray.nodes() if n["Alive"]])
+    nodes_before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     out = subprocess.run(
         [sys.executable, "-m", "tunehub.cli", "worker", "--address", ray_cluster.address,
          "--gpus", "none", "--target", "f" * 64],
@@ -252,7 +312,8 @@ def test_the_worker_command_refuses_a_claim_its_fingerprint_does_not_match(
     assert "refused: cpu: it claims target ffffffffffff" in out.stderr
     assert local_cpu_target().target_key in out.stderr
     time.sleep(1)
-    assert len([n for n in ray.nodes() if n["Alive"]]) == nodes_before  # it never joined
+    # It never joined (a node an earlier test removed may still be leaving: look for new ones).
+    assert not {n["NodeID"] for n in ray.nodes() if n["Alive"]} - nodes_before
 
 
 def children(pid: int) -> list[int]:
@@ -308,6 +369,41 @@ def test_a_killed_service_s_actors_stop_and_its_restart_resumes_the_job(
     check_records(store, job_id, "test.pipeline", 30)
 
 
+def test_serve_ray_local_starts_a_ray_of_its_own_even_beside_another_cluster(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """``tunehub serve --ray local`` measures on this machine through a Ray instance it starts
+    in its process, and never joins a cluster that already runs here (found through
+    ``RAY_ADDRESS`` or the address file ``ray start`` leaves behind)."""
+    import ray
+
+    nodes_before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    home = tmp_path / "home"
+    server = LiveServer(
+        home,
+        command=[sys.executable, "-m", "tunehub.cli", "serve", "--ray", "local"],
+        RAY_ADDRESS=ray_cluster.address,  # another cluster, as `ray start` would announce it
+        TUNEHUB_MEASURE_TIMEOUT_SECS="5",
+        TUNEHUB_MIN_REPEAT_SECS="0.01",
+        TUNEHUB_MAX_REPEATS="5",
+        TUNEHUB_TRAIN_MODELS="false",
+    )
+    store = SqlScheduleStore(f"sqlite:///{home / 'tunehub.db'}")
+    try:
+        server.start(timeout_secs=180)
+        job_id = submit(store, "test.pipeline", trials=6)
+        assert wait_finished(store, job_id, 120) is JobState.SUCCEEDED, server.logs()
+        (worker,) = ray_workers(store)
+        assert worker.device == "cpu" and worker.target_key == local_cpu_target().target_key
+        check_records(store, job_id, "test.pipeline", 6)
+    finally:
+        server.stop()
+        store.close()
+    # (A node an earlier test removed may still be leaving: only a new one would be its.)
+    joined = {n["NodeID"] for n in ray.nodes() if n["Alive"]} - nodes_before
+    assert not joined, "it joined our cluster"
+
+
 def test_two_jobs_of_a_target_share_its_actors_at_once(
     runner: JobRunner, two_nodes: list[Any]
 ) -> None:
@@ -325,6 +421,42 @@ def test_two_jobs_of_a_target_share_its_actors_at_once(
         records = store.job_records(job_id)
         assert len(records) == 16 == len({r.config.key for r in records})
         assert all(r.status is MeasureStatus.OK for r in records)
+
+
+def test_an_actor_builds_beside_timing_on_other_cores_and_times_one_at_a_time(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """Through an actor, as on one machine: builds run in parallel on the node's CPU slots,
+    also while a candidate is timed but never on the cores it is timed on, and timing is
+    exclusive. The test template logs each build's and run's interval and cores."""
+    log = tmp_path / "intervals.log"
+    env = {"TUNEHUB_TEST_INTERVALS": str(log), "TUNEHUB_TEST_RUN_SECS": "0.2"}
+    node = add_worker_node(ray_cluster)
+    cluster = RayCluster(ray_cluster.address, options={**OPTIONS, "timeout_secs": 30.0, "env": env})
+    try:
+        added, _ = cluster.refresh()
+        assert {s.node_id for s in added} == {node.node_id}
+        measurer = cluster.measurer(local_cpu_target().target_key, job_id=1)
+        requests = [
+            MeasureRequest(WORKLOAD, local_cpu_target(), "test.pipeline", 1, Config({"i": i}))
+            for i in range(10)
+        ]
+        results = measurer.measure(requests)
+    finally:
+        cluster.close()
+        ray_cluster.remove_node(node, allow_graceful=False)
+    assert [r.status for r in results] == [MeasureStatus.OK] * 10
+    lines = [line.split() for line in log.read_text().splitlines()]
+    builds = [(float(s), float(e), cores) for kind, _, s, e, _, cores in lines if kind == "build"]
+    runs = sorted((float(s), float(e), cores) for kind, _, s, e, _, cores in lines if kind == "run")
+    assert len(builds) == len(runs) == 10
+    for (_, end, _), (start, _, _) in itertools.pairwise(runs):
+        assert end <= start, "two candidates were timed at once"
+    beside = [(b, r) for b in builds for r in runs if b[0] < r[1] and r[0] < b[1]]
+    if len(os.sched_getaffinity(0)) > 1:
+        assert beside, "no build ran while a candidate was timed"
+        for build, run in beside:
+            assert not set(build[2].split(",")) & set(run[2].split(",")), (build, run)
 
 
 def test_a_request_that_loses_every_worker_it_meets_is_a_worker_error(
@@ -355,3 +487,85 @@ def test_a_request_that_loses_every_worker_it_meets_is_a_worker_error(
         assert measurer.measure([ok])[0].status is MeasureStatus.OK
     finally:
         cluster.close()
+
+
+# --- the database away, measuring through Ray -------------------------------------------------
+@pytest.fixture
+def own_pg() -> Iterator[str]:
+    """A PostgreSQL database of this test's own at head, dropped afterwards (skips without a
+    server): only it is ever closed to connections."""
+    for url in empty_pg_database():
+        upgrade(url)
+        yield url
+
+
+@pytest.fixture
+def pg_runner(ray_cluster: Any, own_pg: str) -> Iterator[JobRunner]:
+    """The runner of ``runner`` on a PostgreSQL database of its own (one that can go away)."""
+    store = SqlScheduleStore(own_pg)
+    cluster = RayCluster(ray_cluster.address, options=OPTIONS)
+    job_runner = JobRunner(store, poll_secs=0.05, heartbeat_secs=0.5, db_outage_secs=60)
+    job_runner.attach_cluster(cluster, discover_secs=0.5)
+    try:
+        yield job_runner
+    finally:
+        job_runner.stop()
+        cluster.close()
+        store.close()
+
+
+@pytest.mark.postgres
+def test_results_measured_through_ray_while_the_database_is_away_are_stored_when_it_returns(
+    pg_runner: JobRunner, two_nodes: list[Any], own_pg: str
+) -> None:
+    store = pg_runner.store
+    job_id = submit(store, "test.pipeline", trials=30)
+    pg_runner.start()
+    wait_for(lambda: store.get_job(job_id).trials_done >= 4, timeout=60)
+    away_from = utc_now()
+    allow_connections(own_pg, False)
+    try:
+        wait_for(lambda: pg_runner.problems, timeout=15)  # the heartbeat cannot write
+        time.sleep(3)  # the actors go on measuring meanwhile
+    finally:
+        back_at = utc_now()
+        allow_connections(own_pg, True)
+    assert wait_finished(store, job_id, 120) is JobState.SUCCEEDED
+    wait_for(lambda: not pg_runner.problems, timeout=15)
+    check_records(store, job_id, "test.pipeline", 30)
+    records = store.job_records(job_id)
+    assert {r.status for r in records} == {MeasureStatus.OK}
+    # Results that came back while the database was away were kept and stored afterwards.
+    kept = [r for r in records if away_from <= r.created_at <= back_at]
+    assert kept, "nothing was measured while the database was away"
+    assert store.get_job(job_id).error == ""
+
+
+@pytest.mark.postgres
+def test_a_database_away_too_long_fails_a_ray_job_naming_the_outage(
+    ray_cluster: Any, two_nodes: list[Any], own_pg: str
+) -> None:
+    store = SqlScheduleStore(own_pg)
+    cluster = RayCluster(ray_cluster.address, options=OPTIONS)
+    runner = JobRunner(store, poll_secs=0.05, heartbeat_secs=0.5, db_outage_secs=1.0)
+    runner.attach_cluster(cluster, discover_secs=0.5)
+    job_id = submit(store, "test.pipeline", trials=60)
+    try:
+        runner.start()
+        wait_for(lambda: store.get_job(job_id).trials_done >= 3, timeout=60)
+        allow_connections(own_pg, False)
+        try:
+            time.sleep(4)
+        finally:
+            allow_connections(own_pg, True)
+        assert wait_finished(store, job_id, 60) is JobState.FAILED
+    finally:
+        runner.stop()
+        cluster.close()
+    job = store.get_job(job_id)
+    assert "database was unreachable" in job.error and "could not be stored" in job.error
+    records = store.job_records(job_id)
+    # What was stored is counted, each config once; the rest is named in the error, not lost
+    # in silence.
+    assert 3 <= job.trials_done == len(records) == len({r.config.key for r in records}) < 60
+    store.close()

@@ -256,11 +256,15 @@ def test_a_job_survives_its_replica_and_a_worker_node_killed_mid_job(topology: T
     (cpu,) = [t for t in httpx.get(f"{replicas[0].url}/api/v1/targets").json()["items"]]
     assert cpu["target_key"] == target.target_key and cpu["live"]
     assert {w["device"] for w in cpu["workers"]} == {"cpu"}
-    workers = httpx.get(f"{replicas[0].url}/api/v1/workers", timeout=10)
-    if workers.status_code != 404:  # the route comes with the workers page (another branch)
-        listed = [w for w in workers.json()["workers"] if w["kind"] == "ray"]
-        assert len(listed) == 4 and {w["target_key"] for w in listed} == {target.target_key}
-        assert len({w["node"] for w in listed}) == 2  # two nodes, an actor of each replica on each
+    workers = httpx.get(f"{replicas[1].url}/api/v1/workers", timeout=10)
+    assert workers.status_code == 200, workers.text
+    listed = [w for w in workers.json()["workers"] if w["kind"] == "ray"]
+    assert len(listed) == 4 and {w["target_key"] for w in listed} == {target.target_key}
+    assert len({w["node"] for w in listed}) == 2  # two nodes, an actor of each replica on each
+    for worker in listed:
+        assert worker["device"] == "cpu" and worker["device_name"] == target.name
+        assert worker["state"] in ("idle", "building", "timing") and worker["live"]
+        assert worker["heartbeat_at"] and worker["host"]
 
     store = SqlScheduleStore(top.database_url)
     try:

@@ -216,7 +216,7 @@ class JobRunner:
         cluster = self._cluster
         if cluster is None:
             return
-        added, removed = cluster.refresh()
+        added, removed = cluster.refresh(known_target=self.store.get_target)
         gone = {slot.worker_id for slot in removed}
         for worker in self.workers:
             if worker.worker_id in gone:

@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,9 +92,12 @@ def fingerprint_difference(claimed: Target | None, claimed_key: str, found: Targ
         )
     want, have = claimed.to_dict(), found.to_dict()
     fields = [k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)]
+    # Each field as claimed and as found: another GPU, driver or ISA flag is named as such.
+    details = "; ".join(f"{k}: {want.get(k)!r} claimed, {have.get(k)!r} found"[:200]
+                        for k in fields)  # fmt: skip
     return (
         f"it claims target {claimed.short_label} but its device is {found.short_label} "
-        f"(differs in {', '.join(fields) or 'key'})"
+        f"(differs in {details or 'key'})"
     )
 
 
@@ -368,7 +371,10 @@ class RayCluster:
         if not ray.is_initialized():
             if address == "local":
                 # This machine is the cluster: its CPU (and GPUs the caller names) are offered.
+                # address="local" (not None): a new instance even where RAY_ADDRESS or the
+                # address file `ray start` leaves names a cluster, which ray.init() would join.
                 ray.init(
+                    address="local",
                     resources=dict(resources or node_resources(cpu=True, gpus=())),
                     include_dashboard=False,
                     log_to_driver=False,
@@ -381,9 +387,12 @@ class RayCluster:
         self._thread.start()
 
     # --- discovery -----------------------------------------------------------------------------
-    def refresh(self) -> tuple[list[ActorSlot], list[ActorSlot]]:
+    def refresh(
+        self, known_target: Callable[[str], Target | None] | None = None
+    ) -> tuple[list[ActorSlot], list[ActorSlot]]:
         """Create actors for the devices of nodes that joined; forget those of dead actors
-        and nodes. Returns (added, removed)."""
+        and nodes. Returns (added, removed). ``known_target`` finds the target a node claims
+        (the store's), so a refusal names the fields that differ."""
         nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
         added: list[ActorSlot] = []
         with self.lock:
@@ -401,12 +410,18 @@ class RayCluster:
                 refused = self.refused.get(key)
                 if refused is not None and time.monotonic() - refused[0] < RETRY_REFUSED_SECS:
                     continue
-                started = self._start_actor(node_id, device, claim)
+                started = self._start_actor(node_id, device, claim, known_target)
                 if started is not None:
                     added.append(started)
         return added, removed
 
-    def _start_actor(self, node_id: str, device: str, claim: str | None) -> ActorSlot | None:
+    def _start_actor(
+        self,
+        node_id: str,
+        device: str,
+        claim: str | None,
+        known_target: Callable[[str], Target | None] | None = None,
+    ) -> ActorSlot | None:
         resource = CPU_RESOURCE if device == "cpu" else GPU_RESOURCE_PREFIX + device[5:]
         actor = (
             _actor_class()
@@ -428,7 +443,13 @@ class RayCluster:
             return None
         target = Target.from_dict(info["target"])
         if claim is not None and claim != target.target_key:
-            why = fingerprint_difference(None, claim, target)
+            claimed = None
+            if known_target is not None:
+                try:
+                    claimed = known_target(claim)
+                except Exception as exc:  # the database away: refused all the same
+                    log.debug("could not look up the claimed target: %s", exc)
+            why = fingerprint_difference(claimed, claim, target)
             log.error("refused the worker for %s on %s: %s", where, info["host"], why)
             ray.kill(actor)
             self.refused[(node_id, device)] = (time.monotonic(), why)
