@@ -4,6 +4,7 @@ invalidation across two ``tunehub serve`` processes when a job stores a faster s
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -35,7 +36,7 @@ from tunehub.core.apikey import new_api_key
 from tunehub.db import MemoryScheduleStore, ScheduleStore, SqlScheduleStore
 from tunehub.db.common import CHANGE_LOOKBACK_IDS, CHANGE_MAX_LISTED
 from tunehub.service.app import create_app
-from tunehub.service.lookup_cache import etag_matches
+from tunehub.service.lookup_cache import CachedAnswer, LookupCache, etag_matches
 from tunehub.service.settings import Settings
 
 BEST = "/api/v1/schedules/best"
@@ -405,3 +406,37 @@ def test_batch_items_are_cached_and_forgotten_as_single_answers_are(
         assert asked[1]["schedule"]["tuning"]["queued"] is False
         assert len(reads) == 4 and len(cache) == size
     assert untuned.key != tuned.key
+
+
+def test_evicted_and_forgotten_answers_leave_no_trace_in_the_workload_index(
+    memory: MemoryScheduleStore,
+) -> None:
+    """A batch puts a thousand answers at a time: the index of queries by workload must shrink
+    with the entries (it kept an empty set for every workload ever cached), and hold nothing
+    the cyclic collector has to follow."""
+    local = local_cpu_target()
+    cache = LookupCache(max_entries=100, refresh_secs=60)
+    cache.start(memory)
+    try:
+        workloads = [Workload(m=8 + i, n=8, k=8) for i in range(1000)]
+        answers = [
+            (f"q{i}".encode(), CachedAnswer(b"{}", b"", w.key, untuned=False))
+            for i, w in enumerate(workloads)
+        ]
+        cache.put_many(answers, cache.generation)
+        assert len(cache) == 100 and len(cache._by_workload) == 100
+        kept = workloads[900:]
+        assert cache.get_many([q for q, _ in answers[895:905]]) == [None] * 5 + [
+            a for _, a in answers[900:905]
+        ]
+        gc.collect()
+        assert not any(gc.is_tracked(queries) for queries in cache._by_workload.values())
+        # A schedule of ten cached workloads changes: their answers and index entries go.
+        memory.commit_records([record(local, w, 4, 1e-3) for w in kept[:10]])
+        cache.refresh()
+        assert len(cache) == 90 and set(cache._by_workload) == {w.key for w in kept[10:]}
+        # Asked again under the same key for another workload: the old one leaves the index.
+        cache.put(b"q950", CachedAnswer(b"{}", b"", "other", untuned=False), cache.generation)
+        assert "other" in cache._by_workload and kept[50].key not in cache._by_workload
+    finally:
+        cache.stop()

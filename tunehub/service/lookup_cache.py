@@ -91,7 +91,9 @@ class LookupCache:
         self.refresh_secs = refresh_secs
         self._lock = threading.Lock()
         self._entries: OrderedDict[bytes, CachedAnswer] = OrderedDict()
-        self._by_workload: dict[str, set[bytes]] = {}
+        # The queries of each cached workload (a dict of None, not a set: the collector does
+        # not follow a dict of bytes); a workload goes when its last query does.
+        self._by_workload: dict[str, dict[bytes, None]] = {}
         self._keys: dict[str, ApiKey] = {}  # tokens the full path accepted
         self._generation = 0
         self._fresh_at = 0.0  # monotonic time of the last successful read of the feed
@@ -158,13 +160,13 @@ class LookupCache:
             return
         doomed: set[bytes] = set()
         for key in changes.workload_keys:
-            doomed |= self._by_workload.pop(key, set())
+            doomed.update(self._by_workload.pop(key, ()))
         if changes.workload_keys or changes.models:
             doomed |= {q for q, a in self._entries.items() if a.untuned}
         for query in doomed:
             answer = self._entries.pop(query, None)
-            if answer is not None and answer.workload_key in self._by_workload:
-                self._by_workload[answer.workload_key].discard(query)
+            if answer is not None:
+                self._unindex(answer.workload_key, query)
 
     # --- reads and writes ------------------------------------------------------------------
     @property
@@ -224,12 +226,19 @@ class LookupCache:
     def _keep(self, query: bytes, answer: CachedAnswer) -> None:
         old = self._entries.pop(query, None)
         if old is not None:
-            self._by_workload.get(old.workload_key, set()).discard(query)
+            self._unindex(old.workload_key, query)
         self._entries[query] = answer
-        self._by_workload.setdefault(answer.workload_key, set()).add(query)
+        self._by_workload.setdefault(answer.workload_key, {})[query] = None
         while len(self._entries) > self.max_entries:
             evicted_query, evicted = self._entries.popitem(last=False)
-            self._by_workload.get(evicted.workload_key, set()).discard(evicted_query)
+            self._unindex(evicted.workload_key, evicted_query)
+
+    def _unindex(self, workload_key: str, query: bytes) -> None:
+        queries = self._by_workload.get(workload_key)
+        if queries is not None:
+            queries.pop(query, None)
+            if not queries:  # else every workload ever cached would stay, with no query
+                del self._by_workload[workload_key]
 
     def key_known(self, token: str) -> bool:
         """Whether the full path accepted ``token`` for a read since keys last changed."""
