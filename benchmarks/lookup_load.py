@@ -17,8 +17,11 @@ counts) for ``--secs`` per run:
 - ``full path``: ``rotating`` on a server with the lookup cache off (the path before the cache,
   the baseline the ratios are taken against);
 - ``/healthz`` through the same server (the floor under every answer);
-- ``batch``: ``POST /api/v1/schedules/lookup`` with ``--batch`` items, one client, one request
-  at a time; skipped with a message when the route is not there (404/405).
+- ``batch``: ``POST /api/v1/schedules/lookup`` with ``--batch`` (1,000) items, one client, one
+  request at a time, ``--batch-rounds`` rounds of each: the same tuned shapes every time (the
+  working set, from the lookup cache), tuned shapes never asked before (every item read from
+  the database), and a mix of fresh tuned, untuned, unsupported and malformed items; p50, p90,
+  p99 and max; skipped with a message when the route is not there (404/405).
 
 Printed, and written as JSON and text to benchmarks/results/lookup_load-<host>-<UTC time>.*
 with the CPU model and the load average around each run (the machine is shared: runs wait up
@@ -253,32 +256,115 @@ def wrk(
     }  # fmt: skip
 
 
-def batch_run(base: str, shapes: list[tuple[int, int, int]], n: int, rounds: int) -> Any:
-    """Sequential batch lookups of ``n`` items; None (with a reason) if the route is missing."""
-    items = [{"workload": {"op": "matmul", "m": m, "n": nn, "k": k}} for m, nn, k in shapes[:n]]
-    with httpx.Client(base_url=base, timeout=30) as client:
-        probe = client.post(BATCH, json={"items": items})
+def percentiles(times_secs: list[float]) -> dict[str, float]:
+    """p50/p90/p99/max in ms of one sequence of timings (p99 of a few dozen rounds is close
+    to their max: say how many rounds)."""
+    ms = sorted(t * 1e3 for t in times_secs)
+
+    def at(q: float) -> float:
+        return ms[min(len(ms) - 1, round(q * (len(ms) - 1)))]
+
+    return {"p50_ms": statistics.median(ms), "p90_ms": at(0.9), "p99_ms": at(0.99),
+            "max_ms": ms[-1]}  # fmt: skip
+
+
+def workload_item(m: int, n: int, k: int, **extra: Any) -> dict[str, Any]:
+    return {"workload": {"op": "matmul", "m": m, "n": n, "k": k}, **extra}
+
+
+def mixed_items(tuned: list[tuple[int, int, int]], round_no: int, n: int) -> list[Any]:
+    """``n`` items like a compiler's mixed batch: half seeded (tuned) shapes, three tenths
+    shapes nobody tuned (off the seeded grid: the ``default`` tier, no model in this run),
+    a tenth no template runs here (``triton.gemm`` on the CPU: 404), a tenth malformed (422);
+    in a fixed shuffled order. The untuned shapes are new in every round."""
+    half, untuned, absent = n // 2, 3 * n // 10, n // 10
+    items: list[Any] = [workload_item(*shape) for shape in tuned[:half]]
+    base = 17 + 3 * round_no * untuned
+    items += [workload_item(base + 3 * i, 40, 24) for i in range(untuned)]
+    items += [workload_item(8 + i, 8, 8, template="triton.gemm") for i in range(absent)]
+    bad = [workload_item(0, 8, 8), {"workload": {"m": 8, "n": 8, "k": 8, "dtype": "f128"}}]
+    items += [bad[i % 2] for i in range(n - len(items))]
+    random.Random(round_no).shuffle(items)
+    return items
+
+
+def batch_run(
+    base: str,
+    pool: list[tuple[int, int, int]],
+    n: int,
+    rounds: int,
+    workers: int,
+    max_load: float,
+) -> dict[str, Any]:
+    """Sequential batch lookups of ``n`` items (one client, one request at a time), three ways:
+
+    - ``tuned_working_set``: the same ``n`` seeded shapes every round, after warm-up requests
+      (every serving process has answered them once): answered from the lookup cache;
+    - ``tuned_fresh``: ``n`` seeded shapes never asked before in each round: every item read
+      from the database (10^6 rows: most of them not in its page cache either);
+    - ``mixed_fresh``: ``mixed_items`` with never-asked tuned shapes.
+
+    ``pool``: seeded shapes no other run asks for, ``n * (2 * rounds + 2)`` of them at least.
+    Skipped with a message when the route is not there (404/405)."""
+    same = [workload_item(*shape) for shape in pool[:n]]
+    fresh = iter(pool[n:])
+
+    def take() -> list[tuple[int, int, int]]:
+        return [next(fresh) for _ in range(n)]
+
+    out: dict[str, Any] = {"items": n, "rounds": rounds}
+    with httpx.Client(base_url=base, timeout=60) as client:
+        probe = client.post(BATCH, json={"items": same})
         if probe.status_code in (404, 405):
             return {"skipped": f"{BATCH} answered {probe.status_code}: the batch route is not "
-                    "in this build (it comes from the client branch)"}  # fmt: skip
+                    "in this build"}  # fmt: skip
         probe.raise_for_status()
-        ok = sum(1 for r in probe.json()["results"] if r.get("ok"))
-        times = []
-        for _ in range(rounds):
+        for _ in range(4 * workers):  # every process has the working set
+            client.post(BATCH, json={"items": same}).raise_for_status()
+
+        def timed(items: list[Any]) -> tuple[float, list[Any]]:
             start = time.perf_counter()
             answer = client.post(BATCH, json={"items": items})
-            times.append(time.perf_counter() - start)
+            secs = time.perf_counter() - start
             answer.raise_for_status()
-    times_ms = sorted(t * 1e3 for t in times)
-    return {
-        "items": len(items),
-        "ok_items": ok,
-        "rounds": rounds,
-        "p50_ms": statistics.median(times_ms),
-        "p90_ms": times_ms[int(0.9 * (len(times_ms) - 1))],
-        "max_ms": times_ms[-1],
-        "items_per_sec": len(items) / (statistics.median(times_ms) / 1e3),
-    }
+            return secs, answer.json()["results"]
+
+        runs: dict[str, list[float]] = {"tuned_working_set": [], "tuned_fresh": [],
+                                        "mixed_fresh": []}  # fmt: skip
+        answered: dict[str, dict[str, int]] = {name: {} for name in runs}
+        load_before, quiet = wait_for_quiet(max_load)
+        for round_no in range(rounds):
+            # Interleaved, so that the load of the moment weighs on the three alike.
+            for name, items in (
+                ("tuned_working_set", same),
+                ("tuned_fresh", [workload_item(*shape) for shape in take()]),
+                ("mixed_fresh", mixed_items(take(), round_no, n)),
+            ):
+                secs, results = timed(items)
+                runs[name].append(secs)
+                for r in results:
+                    kind = r["schedule"]["source"] if r["ok"] else str(r["status"])
+                    answered[name][kind] = answered[name].get(kind, 0) + 1
+        for name, times in runs.items():
+            out[name] = {
+                **percentiles(times),
+                "items_per_sec": n / statistics.median(times),
+                "answers": {k: v // rounds for k, v in sorted(answered[name].items())},
+            }
+        out.update(load_before=load_before, load_after=load_average(), quiet=quiet)
+    return out
+
+
+def fmt_batch(batch: dict[str, Any]) -> str:
+    if "skipped" in batch:
+        return str(batch)
+    return "; ".join(
+        f"{name} p50 {r['p50_ms']:.1f} p90 {r['p90_ms']:.1f} p99 {r['p99_ms']:.1f} "
+        f"max {r['max_ms']:.1f} ms {r['answers']}"
+        for name in ("tuned_working_set", "tuned_fresh", "mixed_fresh")
+        if (r := batch.get(name))
+    ) + (f" ({batch['rounds']} rounds of {batch['items']} items each, load "
+         f"{batch['load_before']:.1f}->{batch['load_after']:.1f})")  # fmt: skip
 
 
 def middleware_costs(calls: int = 20_000) -> dict[str, float]:
@@ -338,15 +424,16 @@ def seeded_count(url: str) -> int:
         engine.dispose()
 
 
-def seed(url: str, count: int) -> float:
-    """Seed ``count`` schedules (unless the database holds them already); seconds taken."""
+def seed(url: str, count: int, side: int) -> float:
+    """Seed ``count`` schedules on a grid of ``side`` shapes a dimension (unless the database
+    holds them already); seconds taken."""
     upgrade(url)
     if seeded_count(url) >= count:
         return 0.0
     start = time.monotonic()
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "seed_schedules.py"), "--database-url", url,
-         "--count", str(count)],
+         "--count", str(count), "--side", str(side)],
         check=True, env=server_env(url, Path(tempfile.gettempdir())),
     )  # fmt: skip
     return time.monotonic() - start
@@ -372,9 +459,14 @@ def drop_pg_database(admin_url: str, name: str) -> None:
 
 def bench_database(label: str, url: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     print(f"== {label}: seeding {args.count} schedules", flush=True)
-    seed_secs = seed(url, args.count)
+    seed_secs = seed(url, args.count, args.side)
     rng = random.Random(1)
     picks = rng.sample(range(args.count), args.shapes + args.miss_shapes)
+    # Shapes for the batch runs: none of the single lookups' (so "fresh" means unasked).
+    taken = set(picks)
+    wanted = batch_need(args) * len(args.workers)
+    spare = rng.sample(range(args.count), len(taken) + 2 * wanted)
+    batch_pool = [shape_of(i, side=args.side) for i in spare if i not in taken][:wanted]
     rotating = [query(*shape_of(i, side=args.side)) for i in picks[: args.shapes]]
     misses = [query(*shape_of(i, side=args.side)) for i in picks[args.shapes :]]
     hit = [rotating[0]]
@@ -391,8 +483,10 @@ def bench_database(label: str, url: str, args: argparse.Namespace, work: Path) -
             for c in (4,)
         ]
         print(f"  full path (cache off): {fmt(out['full_path'])}", flush=True)
-    for workers in args.workers:
+    for nth, workers in enumerate(args.workers):
         runs: dict[str, Any] = {}
+        # Each server its own shapes: "fresh" ones were never read by an earlier server.
+        pool = batch_pool[nth * batch_need(args) : (nth + 1) * batch_need(args)]
         with serving(url, home, workers=workers, cache=True) as base:
             # Warm-up: every rotating shape once on each connection (any worker process).
             # A miss costs a few ms: long enough for each process to see every shape.
@@ -425,11 +519,16 @@ def bench_database(label: str, url: str, args: argparse.Namespace, work: Path) -
             ]  # fmt: skip
             print(f"  workers={workers} /healthz: {fmt(runs['healthz'])}", flush=True)
             runs["batch"] = batch_run(
-                base, [shape_of(i, side=args.side) for i in picks], args.batch, args.batch_rounds
+                base, pool, args.batch, args.batch_rounds, workers, args.max_load
             )
-            print(f"  workers={workers} batch: {runs['batch']}", flush=True)
+            print(f"  workers={workers} batch: {fmt_batch(runs['batch'])}", flush=True)
         out[f"workers_{workers}"] = runs
     return out
+
+
+def batch_need(args: argparse.Namespace) -> int:
+    """Seeded shapes the batch runs of one server ask for."""
+    return args.batch * (2 * args.batch_rounds + 2)
 
 
 def fmt(runs: list[dict[str, Any]]) -> str:
@@ -464,7 +563,7 @@ def text_report(report: dict[str, Any]) -> str:
             runs = data[key]
             for name in ("rotating", "hit", "paced", "miss", "healthz"):
                 lines.append(f"  {key} {name:9}: {fmt(runs[name])}")
-            lines.append(f"  {key} batch    : {runs['batch']}")
+            lines.append(f"  {key} batch    : {fmt_batch(runs['batch'])}")
             full = data["full_path"][0]["requests_per_sec"]
             rot4 = next(r for r in runs["rotating"] if r["connections"] == 4)
             health4 = next(r for r in runs["healthz"] if r["connections"] == 4)
@@ -489,7 +588,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--paced-rate", type=float, default=1000.0)
     parser.add_argument("--batch", type=int, default=1000)
-    parser.add_argument("--batch-rounds", type=int, default=20)
+    parser.add_argument("--batch-rounds", type=int, default=40)
     parser.add_argument("--max-load", type=float, default=2.5)
     parser.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"])
     parser.add_argument(

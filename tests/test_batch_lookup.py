@@ -5,9 +5,12 @@ statements that does not grow with the items."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import random
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +21,22 @@ from sqlalchemy import event
 from tests.db_fixtures import _truncate as truncate
 from tests.live import ServedApp
 from tests.test_api import add_key, baseline_record, record
-from tunehub.core import Scope, Target, Workload, local_cpu_target
+from tunehub.core import Confirmation, Scope, Target, Workload, local_cpu_target, sha256_key
+from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS
 from tunehub.db import ScheduleStore, SqlScheduleStore, upgrade
 from tunehub.kernels.registry import template_names
 from tunehub.service.app import create_app
+from tunehub.service.batch_lookup import encode, encode_schedule, miss, schedule_data
+from tunehub.service.redact import printable
+from tunehub.service.schemas import LookupBatchOut, ScheduleOut
 from tunehub.service.settings import Settings
-from tunehub.tuner.lookup import LookupQuery, find_schedule, find_schedules
+from tunehub.tuner.lookup import (
+    LookupQuery,
+    TuningOutcome,
+    find_schedule,
+    find_schedules,
+    predict_schedule,
+)
 
 TUNED = 300  # shapes with a schedule on this CPU (a third with a Baseline too)
 
@@ -272,3 +285,71 @@ def test_find_schedules_answers_as_find_schedule_on_every_store(store: ScheduleS
     }
     keys = [Workload(**tuned_shape(i)).key for i in range(0, 1200, 3)]
     assert set(store.get_workloads([*keys, "nope"])) == set(keys)
+
+
+def test_the_batch_answer_is_what_the_response_models_would_write(store: ScheduleStore) -> None:
+    """The batch route encodes its answer without validating it: each hit must be, byte for
+    byte, what ScheduleOut writes for the same answer (confirmed, with a Baseline, untuned,
+    with tuning), and the whole answer must validate as LookupBatchOut."""
+    local = local_cpu_target()
+    workload, other = Workload(m=40, n=24, k=8), Workload(m=41, n=24, k=8)
+    tuned = record(local, workload, {"MR": 4, "threads": 1}, 1e-3)
+    store.commit_records([tuned, record(local, other, {"MR": 6, "threads": 1}, 3e-3)])
+    store.commit_baseline(baseline_record(local, workload, 1, 2e-3))
+    store.confirm_schedule(
+        workload_key=workload.key,
+        target_key=local.target_key,
+        template="blis.gemm",
+        candidates=[tuned.uid],
+        winner_uid=tuned.uid,
+        confirmation=Confirmation(9e-4, 0.02, 5, datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)),
+    )
+    found = find_schedules(store, [LookupQuery(w, local) for w in (workload, other)])
+    assert found[0] is not None and found[0].schedule.confirmation is not None
+    assert found[0].baseline is not None and found[1] is not None
+    guess = predict_schedule(store, Workload(m=3, n=5, k=7), local, None)
+    assert guess is not None and guess.source == "default"
+    for answer in (*found, guess):
+        assert answer is not None
+        body = encode_schedule(schedule_data(answer))
+        assert body == ScheduleOut.model_validate(answer.to_dict()).model_dump_json().encode()
+        (item,) = json.loads(encode([body]))["results"]
+        assert LookupBatchOut.model_validate({"results": [item]}).model_dump(mode="json") == {
+            "results": [item]
+        }
+    asked = schedule_data(guess)
+    asked["tuning"] = TuningOutcome(True, 7, "queued").to_dict()
+    asked["tuning_job_id"] = 7
+    wrong = miss(422, "bad \x00 input", ("workload", "m\ud800"))
+    body = json.loads(encode([encode_schedule(asked), wrong]))
+    assert LookupBatchOut.model_validate(body).model_dump(mode="json") == body
+    assert body["results"][1] == {
+        "ok": False,
+        "status": 422,
+        "error": printable("bad \x00 input"),
+        "loc": ["workload", printable("m\ud800")],
+    }
+
+
+def test_a_workloads_key_is_the_sha256_of_its_canonical_json() -> None:
+    """Workload.key writes the canonical JSON itself: it must equal canonical_json's text for
+    every field value there is (the stored schedules are keyed by it)."""
+    combos = itertools.product(DTYPES, LAYOUTS, LAYOUTS, EPILOGUES, (False, True))
+    seen = set()
+    for dtype, a_layout, b_layout, epilogue, tf32 in combos:
+        if tf32 and dtype != "float32":
+            continue
+        for m, n, k in ((1, 1, 1), (7, 65536, 3), (4096, 11008, 4096)):
+            w = Workload(
+                m=m,
+                n=n,
+                k=k,
+                dtype=dtype,
+                a_layout=a_layout,
+                b_layout=b_layout,
+                epilogue=epilogue,
+                allow_tf32=tf32,
+            )
+            assert w.key == sha256_key(w.key_dict()), w
+            seen.add(w.key)
+    assert len(seen) == 3 * (len(DTYPES) * 4 * len(EPILOGUES) + 4 * len(EPILOGUES))

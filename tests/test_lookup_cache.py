@@ -4,6 +4,7 @@ invalidation across two ``tunehub serve`` processes when a job stores a faster s
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -35,10 +36,11 @@ from tunehub.core.apikey import new_api_key
 from tunehub.db import MemoryScheduleStore, ScheduleStore, SqlScheduleStore
 from tunehub.db.common import CHANGE_LOOKBACK_IDS, CHANGE_MAX_LISTED
 from tunehub.service.app import create_app
-from tunehub.service.lookup_cache import etag_matches
+from tunehub.service.lookup_cache import CachedAnswer, LookupCache, etag_matches
 from tunehub.service.settings import Settings
 
 BEST = "/api/v1/schedules/best"
+LOOKUP = "/api/v1/schedules/lookup"
 SHAPE = {"m": 32, "n": 48, "k": 64}
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -352,3 +354,89 @@ def test_serve_with_two_workers_runs_jobs_in_one(sqlite_url: str, tmp_path: Path
         log = (tmp_path / "serve.log").read_text()
     assert log.count("job runner and trainer here") == 1, log
     assert log.count("job runner and trainer in another process") == 1, log
+
+
+def test_batch_items_are_cached_and_forgotten_as_single_answers_are(
+    memory: MemoryScheduleStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = local_cpu_target()
+    tuned, untuned = Workload(**SHAPE), Workload(m=8, n=8, k=8)
+    memory.commit_records([record(local, tuned, 4, 2e-3)])
+    reads: list[int] = []
+    real = memory.schedules_for
+    monkeypatch.setattr(
+        memory, "schedules_for", lambda **kw: reads.append(1) or real(**kw), raising=True
+    )
+    items = [
+        {"workload": SHAPE},
+        {"workload": {"m": 8, "n": 8, "k": 8}},
+        {"workload": {"m": 0, "n": 8, "k": 8}},
+        {"workload": SHAPE, "template": "triton.gemm"},  # no template runs it here: 404
+    ]
+    with app_client(memory, tmp_path) as client:
+        cache = client.app.state.lookup_cache  # type: ignore[attr-defined]
+        first = client.post(LOOKUP, json={"items": items})
+        results = first.json()["results"]
+        assert [r["ok"] for r in results] == [True, True, False, False]
+        assert results[0]["schedule"]["config"] == {"MR": 4}
+        assert results[1]["schedule"]["source"] == "default"
+        assert len(cache) == 2 and len(reads) == 1  # the two answers; never the refusals
+        # Asked again, the answers come from the cache: no read (the 404 is asked again).
+        again = client.post(LOOKUP, json={"items": items[:3]})
+        assert again.json()["results"] == results[:3] and len(reads) == 1
+        assert client.post(LOOKUP, json={"items": items}).content == first.content
+        assert len(reads) == 2
+        # The single lookup does not take the batch's entries (nor the batch the single's).
+        misses = cache.misses
+        assert client.get(BEST, params=SHAPE).json() == results[0]["schedule"]
+        assert cache.misses == misses + 1 and len(cache) == 3
+        # A faster schedule: the tuned answer is forgotten with its workload, the untuned
+        # one because a schedule changed.
+        memory.commit_records([record(local, tuned, 6, 1e-3)])
+        cache.refresh()
+        assert len(cache) == 0
+        changed = client.post(LOOKUP, json={"items": items}).json()["results"]
+        assert changed[0]["schedule"]["config"] == {"MR": 6} and len(reads) == 3
+        assert changed[1:] == results[1:]
+        # Asking for tuning (refused: no key) says so in each answer: not from the cache,
+        # and not kept.
+        size = len(cache)
+        asked = client.post(LOOKUP, json={"items": items, "tune": True}).json()["results"]
+        assert asked[0]["schedule"]["tuning"]["reason"] == "tuned already (exact)"
+        assert asked[1]["schedule"]["tuning"]["queued"] is False
+        assert len(reads) == 4 and len(cache) == size
+    assert untuned.key != tuned.key
+
+
+def test_evicted_and_forgotten_answers_leave_no_trace_in_the_workload_index(
+    memory: MemoryScheduleStore,
+) -> None:
+    """A batch puts a thousand answers at a time: the index of queries by workload must shrink
+    with the entries (it kept an empty set for every workload ever cached), and hold nothing
+    the cyclic collector has to follow."""
+    local = local_cpu_target()
+    cache = LookupCache(max_entries=100, refresh_secs=60)
+    cache.start(memory)
+    try:
+        workloads = [Workload(m=8 + i, n=8, k=8) for i in range(1000)]
+        answers = [
+            (f"q{i}".encode(), CachedAnswer(b"{}", b"", w.key, untuned=False))
+            for i, w in enumerate(workloads)
+        ]
+        cache.put_many(answers, cache.generation)
+        assert len(cache) == 100 and len(cache._by_workload) == 100
+        kept = workloads[900:]
+        assert cache.get_many([q for q, _ in answers[895:905]]) == [None] * 5 + [
+            a for _, a in answers[900:905]
+        ]
+        gc.collect()
+        assert not any(gc.is_tracked(queries) for queries in cache._by_workload.values())
+        # A schedule of ten cached workloads changes: their answers and index entries go.
+        memory.commit_records([record(local, w, 4, 1e-3) for w in kept[:10]])
+        cache.refresh()
+        assert len(cache) == 90 and set(cache._by_workload) == {w.key for w in kept[10:]}
+        # Asked again under the same key for another workload: the old one leaves the index.
+        cache.put(b"q950", CachedAnswer(b"{}", b"", "other", untuned=False), cache.generation)
+        assert "other" in cache._by_workload and kept[50].key not in cache._by_workload
+    finally:
+        cache.stop()

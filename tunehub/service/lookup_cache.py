@@ -12,9 +12,12 @@ taken before the database is read).
 
 What is cached: 200 answers of ``GET /api/v1/schedules/best``, keyed by the raw query string,
 for requests without ``tune`` (which may queue a job) and without ``Origin`` (browsers get
-the full path, with CORS). Tuned answers (``exact``, ``family``) are forgotten when their
-workload changes; untuned ones (``predicted``, ``default``) when any schedule or model does
-(a prediction is checked against the nearest tuned shapes). Where reads need a key, the
+the full path, with CORS); and, in the same entries, each item's answer of the batch lookup
+``POST /api/v1/schedules/lookup`` without ``tune`` (keyed by workload, target and template
+behind a NUL byte, which no query string holds; only the batch route reads them). Tuned
+answers (``exact``, ``family``) are forgotten when their workload changes; untuned ones
+(``predicted``, ``default``) when any schedule or model does (a prediction is checked against
+the nearest tuned shapes). Where reads need a key, the
 fast path serves a key the full path accepted since the API keys last changed.
 """
 
@@ -25,7 +28,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +91,9 @@ class LookupCache:
         self.refresh_secs = refresh_secs
         self._lock = threading.Lock()
         self._entries: OrderedDict[bytes, CachedAnswer] = OrderedDict()
-        self._by_workload: dict[str, set[bytes]] = {}
+        # The queries of each cached workload (a dict of None, not a set: the collector does
+        # not follow a dict of bytes); a workload goes when its last query does.
+        self._by_workload: dict[str, dict[bytes, None]] = {}
         self._keys: dict[str, ApiKey] = {}  # tokens the full path accepted
         self._generation = 0
         self._fresh_at = 0.0  # monotonic time of the last successful read of the feed
@@ -155,13 +160,13 @@ class LookupCache:
             return
         doomed: set[bytes] = set()
         for key in changes.workload_keys:
-            doomed |= self._by_workload.pop(key, set())
+            doomed.update(self._by_workload.pop(key, ()))
         if changes.workload_keys or changes.models:
             doomed |= {q for q, a in self._entries.items() if a.untuned}
         for query in doomed:
             answer = self._entries.pop(query, None)
-            if answer is not None and answer.workload_key in self._by_workload:
-                self._by_workload[answer.workload_key].discard(query)
+            if answer is not None:
+                self._unindex(answer.workload_key, query)
 
     # --- reads and writes ------------------------------------------------------------------
     @property
@@ -182,6 +187,19 @@ class LookupCache:
                 self._entries.move_to_end(query)
         return answer
 
+    def get_many(self, queries: Sequence[bytes]) -> list[CachedAnswer | None]:
+        """``get`` for each of ``queries``, under one hold of the lock (a batch lookup)."""
+        if not self.enabled or not self.fresh:
+            return [None] * len(queries)
+        found: list[CachedAnswer | None] = []
+        with self._lock:
+            for query in queries:
+                answer = self._entries.get(query)
+                if answer is not None:
+                    self._entries.move_to_end(query)
+                found.append(answer)
+        return found
+
     def put(
         self, query: bytes, answer: CachedAnswer, generation: int, *, api_key: str | None = None
     ) -> None:
@@ -193,14 +211,34 @@ class LookupCache:
                 return
             if api_key is not None:
                 self._keys[api_key] = _KEY_SEEN
-            old = self._entries.pop(query, None)
-            if old is not None:
-                self._by_workload.get(old.workload_key, set()).discard(query)
-            self._entries[query] = answer
-            self._by_workload.setdefault(answer.workload_key, set()).add(query)
-            while len(self._entries) > self.max_entries:
-                evicted_query, evicted = self._entries.popitem(last=False)
-                self._by_workload.get(evicted.workload_key, set()).discard(evicted_query)
+            self._keep(query, answer)
+
+    def put_many(self, answers: Iterable[tuple[bytes, CachedAnswer]], generation: int) -> None:
+        """``put`` for each (query, answer), under one hold of the lock (a batch lookup)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if generation != self._generation:
+                return
+            for query, answer in answers:
+                self._keep(query, answer)
+
+    def _keep(self, query: bytes, answer: CachedAnswer) -> None:
+        old = self._entries.pop(query, None)
+        if old is not None:
+            self._unindex(old.workload_key, query)
+        self._entries[query] = answer
+        self._by_workload.setdefault(answer.workload_key, {})[query] = None
+        while len(self._entries) > self.max_entries:
+            evicted_query, evicted = self._entries.popitem(last=False)
+            self._unindex(evicted.workload_key, evicted_query)
+
+    def _unindex(self, workload_key: str, query: bytes) -> None:
+        queries = self._by_workload.get(workload_key)
+        if queries is not None:
+            queries.pop(query, None)
+            if not queries:  # else every workload ever cached would stay, with no query
+                del self._by_workload[workload_key]
 
     def key_known(self, token: str) -> bool:
         """Whether the full path accepted ``token`` for a read since keys last changed."""

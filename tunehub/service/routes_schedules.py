@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
-from pydantic import ValidationError
 
 from tunehub.core import LOCAL_CPU, InvalidSpec, Scope, Workload
 from tunehub.core.workload import MAX_DIM
 from tunehub.db.store import SCHEDULE_SORTS
 from tunehub.service.auth import KeyedRoute, ReadAccess, authorize
+from tunehub.service.batch_lookup import (
+    cached_item,
+    encode,
+    encode_schedule,
+    item_key,
+    miss,
+    parse_items,
+    schedule_data,
+)
 from tunehub.service.deps import (
     LocalTargetsDep,
     ModelsDep,
@@ -21,15 +28,13 @@ from tunehub.service.deps import (
     resolve_targets,
     unknown_target_reason,
 )
-from tunehub.service.lookup_cache import encoded_answer
-from tunehub.service.redact import printable
+from tunehub.service.lookup_cache import CachedAnswer, LookupCache, encoded_answer
 from tunehub.service.schemas import (
     NAME_PATTERN,
     Dtype,
     Epilogue,
     Layout,
     LookupBatchOut,
-    LookupItem,
     LookupRequest,
     Op,
     ScheduleListOut,
@@ -37,6 +42,7 @@ from tunehub.service.schemas import (
 )
 from tunehub.service.settings import Settings
 from tunehub.tuner.lookup import (
+    LookupAnswer,
     LookupQuery,
     LookupTuningLimits,
     NeighbourIndex,
@@ -267,7 +273,7 @@ def lookup_schedules(
     local: LocalTargetsDep,
     models: ModelsDep,
     settings: SettingsDep,
-) -> dict[str, Any]:
+) -> Response:
     """The answer of `GET /api/v1/schedules/best` for each item, in the order asked, or why
     not: `{"ok": false, "status": 422, "loc": [...]}` for a malformed item (the others are
     still answered), 404 where no template runs the workload on the target.
@@ -275,50 +281,61 @@ def lookup_schedules(
     The exact and family tiers of every item are read together (a bounded number of queries
     however many items); `predicted` and `default` answers are computed in the service.
     `tune: true` queues tuning for the untuned items, as `tune=true` does for one."""
-    results: list[dict[str, Any] | None] = [None] * len(body.items)
-    parsed: list[tuple[int, Workload, str, str | None]] = []
-    for i, raw in enumerate(body.items):
-        try:
-            item = LookupItem.model_validate(raw)
-            workload = item.workload.to_core()
-        except ValidationError as exc:
-            error = exc.errors(include_url=False, include_input=False)[0]
-            results[i] = _miss(422, error["msg"], error["loc"])
-            continue
-        except InvalidSpec as exc:  # rules that span fields, e.g. the m*n*k limit
-            results[i] = _miss(422, exc.reason, ("workload", *exc.field.split(".")))
-            continue
-        parsed.append((i, workload, item.target, item.template))
+    cache: LookupCache = request.app.state.lookup_cache
+    # Taken before the database is read: an answer computed across a change is not cached.
+    generation = cache.generation
+    parsed, misses = parse_items(body.items)
+    results: list[bytes | dict[str, Any] | None] = [None] * len(body.items)
+    for i, refusal in misses.items():
+        results[i] = refusal
     targets = resolve_targets(store, {name for _, _, name, _ in parsed}, local=local)
     queries: list[tuple[int, LookupQuery]] = []
     for i, workload, name, template in parsed:
         tgt = targets.get(name)
         if tgt is None:
-            results[i] = _miss(422, unknown_target_reason(name, local), ("target",))
+            results[i] = miss(422, unknown_target_reason(name, local), ("target",))
         else:
             queries.append((i, LookupQuery(workload, tgt, template)))
-    answers = find_schedules(store, [q for _, q in queries])
     queue, key_id, refused = tuning_decision(request, settings, body.tune)
+    # Answers that say nothing of this request's tuning are the same for every caller: those
+    # kept from earlier batches are used as they are, the others kept for the next.
+    cacheable = not (queue or refused)
+    if cacheable:
+        keys = [item_key(q) for _, q in queries]
+        unknown = []
+        for (i, q), cached in zip(queries, cache.get_many(keys), strict=True):
+            if cached is None:
+                unknown.append((i, q))
+            else:
+                results[i] = cached.body
+        queries = unknown
+    answers = find_schedules(store, [q for _, q in queries])
     neighbours = NeighbourIndex(store)
     untuned: list[tuple[int, UntunedAnswer]] = []
+    tuning: dict[int, dict[str, Any]] = {}
+    keep: list[tuple[bytes, CachedAnswer]] = []
     for (i, q), answer in zip(queries, answers, strict=True):
-        if answer is not None:
-            found = answer.to_dict()
-            if queue or refused:
-                found["tuning"] = TuningOutcome(
-                    False, None, f"tuned already ({answer.source})"
-                ).to_dict()
-            results[i] = {"ok": True, "schedule": found}
-            continue
-        guess = predict_schedule(
-            store, q.workload, q.target, models, template=q.template, neighbours=neighbours
-        )
-        if guess is None:
-            reason = f"no template runs {q.workload.label} on {q.target.label}"
-            results[i] = _miss(404, reason, ())
-            continue
-        results[i] = {"ok": True, "schedule": guess.to_dict()}
-        untuned.append((i, guess))
+        found: LookupAnswer | UntunedAnswer | None = answer
+        if found is None:
+            found = predict_schedule(
+                store, q.workload, q.target, models, template=q.template, neighbours=neighbours
+            )
+            if found is None:
+                reason = f"no template runs {q.workload.label} on {q.target.label}"
+                results[i] = miss(404, reason, ())
+                continue
+            untuned.append((i, found))
+        schedule = schedule_data(found)
+        if cacheable:
+            encoded = encode_schedule(schedule)
+            results[i] = encoded
+            keep.append((item_key(q), cached_item(q, encoded, found.source)))
+        else:
+            results[i] = tuning[i] = schedule
+            if answer is not None:
+                outcome = TuningOutcome(False, None, f"tuned already ({answer.source})")
+                schedule["tuning"] = outcome.to_dict()
+    cache.put_many(keep, generation)
     if queue and untuned:
         outcomes = queue_lookup_tuning(
             store,
@@ -328,16 +345,12 @@ def lookup_schedules(
             max_active_total=settings.max_queued_jobs,
         )
         for (i, _), outcome in zip(untuned, outcomes, strict=True):
-            schedule = results[i]["schedule"]  # type: ignore[index]
-            schedule["tuning"], schedule["tuning_job_id"] = outcome.to_dict(), outcome.job_id
+            tuning[i]["tuning"], tuning[i]["tuning_job_id"] = outcome.to_dict(), outcome.job_id
     elif refused:
         for i, _ in untuned:
-            results[i]["schedule"]["tuning"] = TuningOutcome(False, None, refused).to_dict()  # type: ignore[index]
-    return {"results": results}
-
-
-def _miss(status_code: int, error: str, loc: Sequence[Any]) -> dict[str, Any]:
-    # A location may hold a key the client sent: made printable (a NUL or a lone surrogate
-    # cannot break the answer).
-    where = [printable(p) if isinstance(p, str) else p for p in loc]
-    return {"ok": False, "status": status_code, "error": printable(error), "loc": where}
+            tuning[i]["tuning"] = TuningOutcome(False, None, refused).to_dict()
+    for i, schedule in tuning.items():
+        results[i] = encode_schedule(schedule)
+    # Built in LookupBatchOut's shape and encoded once: FastAPI does not validate a Response
+    # (the model above is the documented shape; the tests hold the answer to it).
+    return Response(content=encode(results), media_type="application/json")

@@ -104,7 +104,8 @@ class Settings(BaseSettings):
     lookup_cache_entries: int = Field(
         default=50_000,
         ge=0,
-        description="Single-lookup answers each serving process keeps encoded (0: no cache).",
+        description="Lookup answers each serving process keeps encoded, single lookups' and "
+        "batch items' together (0: no cache).",
     )
     lookup_refresh_secs: float = Field(
         default=0.25,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -44,9 +45,11 @@ class LookupAnswer:
             return None
         return self.baseline.median_secs / self.best_secs
 
-    def to_dict(self) -> dict[str, Any]:
-        """The answer as the API and the CLI print it."""
+    def to_dict(self, *, iso_times: bool = True) -> dict[str, Any]:
+        """The answer as the API and the CLI print it. ``iso_times=False`` leaves timestamps
+        as datetimes, for an encoder that writes them itself (as the API's models do)."""
         s = self.schedule
+        stamp = _iso if iso_times else _same
         c = s.confirmation
         speedup = self.speedup_vs_baseline
         return {
@@ -59,20 +62,29 @@ class LookupAnswer:
             "confirmed_gflops": self.workload.gflops(c.median_secs) if c else None,
             "confirmed_spread": c.spread if c else None,
             "confirmed_rounds": c.rounds if c else None,
-            "confirmed_at": c.confirmed_at.isoformat() if c else None,
+            "confirmed_at": stamp(c.confirmed_at) if c else None,
             "source": self.source,
             "record_id": s.record_uid,
             "target_key": s.target_key,
             "workload_key": s.workload_key,
-            "updated_at": s.updated_at.isoformat(),
-            "baseline": baseline_dict(self.baseline),
+            "updated_at": stamp(s.updated_at),
+            "baseline": baseline_dict(self.baseline, iso_times=iso_times),
             "speedup_vs_baseline": speedup,
             "baseline_faster": None if speedup is None else speedup < 1.0,
         }
 
 
-def baseline_dict(record: MeasureRecord | None) -> dict[str, Any] | None:
-    """A Baseline as the API shows it, or None for no (or no ok) measurement."""
+def _iso(when: datetime) -> str:
+    return when.isoformat()
+
+
+def _same(when: datetime) -> datetime:
+    return when
+
+
+def baseline_dict(record: MeasureRecord | None, *, iso_times: bool = True) -> dict[str, Any] | None:
+    """A Baseline as the API shows it, or None for no (or no ok) measurement (``iso_times``:
+    as in ``LookupAnswer.to_dict``)."""
     if record is None or record.median_secs is None:
         return None
     env = record.result.environment
@@ -87,7 +99,7 @@ def baseline_dict(record: MeasureRecord | None) -> dict[str, Any] | None:
         "median_secs": record.median_secs,
         "gflops": record.gflops,
         "record_id": record.uid,
-        "measured_at": record.created_at.isoformat(),
+        "measured_at": record.created_at.isoformat() if iso_times else record.created_at,
     }
 
 
@@ -148,13 +160,16 @@ def find_schedules(
                 (request.workload.key, request.target.target_key, request.template), []
             ).append(record)
     answers: list[LookupAnswer | None] = []
+    libraries: dict[str, str | None] = {}  # by template: the registry is asked once each
     for q, picked in zip(queries, picks, strict=True):
         if picked is None:
             answers.append(None)
             continue
         schedule, source = picked
         baseline = None
-        library = _baseline_library(schedule.template)
+        if schedule.template not in libraries:
+            libraries[schedule.template] = _baseline_library(schedule.template)
+        library = libraries[schedule.template]
         measured = baselines.get((q.workload.key, schedule.target_key, library or ""))
         if library is not None and measured:
             tmpl = get_template(schedule.template)
