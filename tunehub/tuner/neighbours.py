@@ -21,6 +21,7 @@ workloads' schedules only (or the whole set, after too many changes or when told
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Collection, Sequence
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tunehub.core import Config, Schedule, Target, Workload
+from tunehub.core import Config, Target, Workload
 from tunehub.db.store import ScheduleStore
 from tunehub.kernels.base import Template
 
@@ -85,7 +86,6 @@ class NeighbourIndex:
     def __init__(self, store: ScheduleStore) -> None:
         self.store = store
         self._sets: dict[SetKey, TunedSet] = {}
-        self._family: dict[SetKey, str] = {}
         # Workloads changed since each set was read (None: read it all again). Guarded by
         # _pending_lock only, so that the change feed's reader never waits on a build.
         self._pending: dict[SetKey, set[str] | None] = {}
@@ -166,7 +166,6 @@ class NeighbourIndex:
                     pending = self._pending.get(key, None)
                 self._pending[key] = set()  # changes from here on are seen by the next search
             if pending is None:
-                self._family[key] = target.family_key
                 self._sets[key] = self._read(key, None)
                 self.builds += 1
             elif pending:
@@ -179,33 +178,19 @@ class NeighbourIndex:
                 self.patches += 1
             return self._sets[key]
 
-    def _schedules(self, key: SetKey, workload_keys: Collection[str] | None) -> list[Schedule]:
-        target_key, template, version = key
-        if workload_keys is None:
-            found: Sequence[Schedule] = self.store.target_schedules(
-                target_key=target_key, template=template
-            )
-        else:
-            by_key = self.store.schedules_for(
-                workload_keys=workload_keys, family_keys={self._family[key]}
-            )
-            found = [
-                s
-                for schedules in by_key.values()
-                for s in schedules
-                if s.target_key == target_key and s.template == template
-            ]
-        return [s for s in found if s.template_version == version]
-
     def _read(self, key: SetKey, workload_keys: Collection[str] | None) -> TunedSet:
         """The rows of these workloads' schedules (None: every one) in the set, by key."""
-        schedules = self._schedules(key, workload_keys)
-        workloads = self.store.get_workloads({s.workload_key for s in schedules})
-        rows = [(s, workloads[s.workload_key]) for s in schedules if s.workload_key in workloads]
-        rows.sort(key=lambda r: r[0].workload_key)
+        target_key, template, version = key
+        rows = self.store.tuned_shapes(
+            target_key=target_key,
+            template=template,
+            template_version=version,
+            workload_keys=workload_keys,
+        )
+        rows.sort(key=lambda r: r.workload_key)  # the stores give them so; kept whatever they do
         log2: dict[int, float] = {}
 
-        def logs(values: list[int]) -> F64:
+        def logs(values: Sequence[int]) -> F64:
             out = np.empty(len(values), dtype=np.float64)
             for i, v in enumerate(values):
                 found = log2.get(v)
@@ -214,16 +199,16 @@ class NeighbourIndex:
                 out[i] = found
             return out
 
-        ws = [w for _, w in rows]
+        ops, epilogues, kinds = self._ops.code, self._epilogues.code, self._kinds.code
         return TunedSet(
-            keys=np.array([s.workload_key.encode() for s, _ in rows], dtype=np.bytes_),
-            log_m=logs([w.m for w in ws]),
-            log_n=logs([w.n for w in ws]),
-            log_k=logs([w.k for w in ws]),
-            op=np.array([self._ops.code(w.op) for w in ws], dtype=np.int32),
-            epilogue=np.array([self._epilogues.code(w.epilogue) for w in ws], dtype=np.int32),
-            kind=np.array([self._kinds.code(_kind(w)) for w in ws], dtype=np.int32),
-            config=np.array([self._config_code(s.config) for s, _ in rows], dtype=np.int32),
+            keys=np.array([r.workload_key.encode() for r in rows], dtype=np.bytes_),
+            log_m=logs([r.m for r in rows]),
+            log_n=logs([r.n for r in rows]),
+            log_k=logs([r.k for r in rows]),
+            op=np.array([ops(r.op) for r in rows], dtype=np.int32),
+            epilogue=np.array([epilogues(r.epilogue) for r in rows], dtype=np.int32),
+            kind=np.array([kinds((r.dtype, r.a_layout, r.b_layout)) for r in rows], dtype=np.int32),
+            config=np.array([self._config_code(r.config) for r in rows], dtype=np.int32),
         )
 
     def _patch(self, key: SetKey, tuned: TunedSet, changed: set[str]) -> TunedSet:
@@ -259,11 +244,13 @@ class NeighbourIndex:
             config=merged("config"),
         )
 
-    def _config_code(self, config: Config) -> int:
-        found = self._config_codes.get(config.key)
+    def _config_code(self, config: dict[str, Any]) -> int:
+        """The config's row in the table of distinct configs (by its canonical JSON)."""
+        text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+        found = self._config_codes.get(text)
         if found is None:
-            found = self._config_codes[config.key] = len(self._configs)
-            self._configs.append(config)
+            found = self._config_codes[text] = len(self._configs)
+            self._configs.append(Config(config))
         return found
 
 
