@@ -535,7 +535,7 @@ class MemoryScheduleStore(ScheduleStore):
                         workload.a_layout,
                         workload.b_layout,
                         workload.epilogue,
-                        s.config.to_dict(),
+                        json.dumps(s.config.to_dict(), sort_keys=True),
                     )
                 )
         found.sort(key=lambda shape: shape.workload_key)

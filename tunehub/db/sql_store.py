@@ -7,7 +7,18 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Select, func, select, text, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Select,
+    Text,
+    cast,
+    func,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -647,7 +658,7 @@ class SqlScheduleStore(ScheduleStore):
             WorkloadRow.a_layout,
             WorkloadRow.b_layout,
             WorkloadRow.epilogue,
-            ScheduleRow.config,
+            cast(ScheduleRow.config, Text),  # as text: decoded once per distinct config
         )
         query = (
             select(*columns)
@@ -663,7 +674,7 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             for chunk in chunks:
                 q = query if chunk is None else query.where(ScheduleRow.workload_key.in_(chunk))
-                found.extend(TunedShape(*row) for row in session.execute(q))
+                found.extend(TunedShape._make(row) for row in session.execute(q))
         found.sort(key=lambda shape: shape.workload_key)  # as target_schedules: by key
         return found
 

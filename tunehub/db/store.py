@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tunehub.core import (
     ApiKey,
@@ -145,7 +145,7 @@ class TunedShape(NamedTuple):
     a_layout: str
     b_layout: str
     epilogue: str
-    config: dict[str, Any]
+    config: str  # the config as the store holds it: JSON text (decoded once per distinct one)
 
 
 class ScheduleStore(ABC):

@@ -244,13 +244,13 @@ class NeighbourIndex:
             config=merged("config"),
         )
 
-    def _config_code(self, config: dict[str, Any]) -> int:
-        """The config's row in the table of distinct configs (by its canonical JSON)."""
-        text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    def _config_code(self, text: str) -> int:
+        """The config's row in the table of distinct configs, by its JSON text (two texts of
+        one config get two rows of equal Configs: harmless)."""
         found = self._config_codes.get(text)
         if found is None:
             found = self._config_codes[text] = len(self._configs)
-            self._configs.append(Config(config))
+            self._configs.append(Config(json.loads(text)))
         return found
 
 
