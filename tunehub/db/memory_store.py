@@ -61,7 +61,14 @@ from tunehub.db.common import (
     trials_of,
     unknown_target,
 )
-from tunehub.db.store import ApiKeyNotFound, JobNotFound, LeaseLost, ScheduleListing, ScheduleStore
+from tunehub.db.store import (
+    ApiKeyNotFound,
+    JobNotFound,
+    LeaseLost,
+    ScheduleListing,
+    ScheduleStore,
+    TunedShape,
+)
 
 
 class MemoryScheduleStore(ScheduleStore):
@@ -498,6 +505,40 @@ class MemoryScheduleStore(ScheduleStore):
                 if t == target_key and template in (None, tpl)
             ]
         found.sort(key=lambda s: (s.workload_key, s.template))
+        return found
+
+    def tuned_shapes(
+        self,
+        *,
+        target_key: str,
+        template: str,
+        template_version: int,
+        workload_keys: Collection[str] | None = None,
+    ) -> list[TunedShape]:
+        wanted = None if workload_keys is None else set(workload_keys)
+        with self._lock:
+            found = []
+            for (w, t, tpl), s in self._schedules.items():
+                if t != target_key or tpl != template or s.template_version != template_version:
+                    continue
+                workload = self._workloads.get(w)
+                if workload is None or (wanted is not None and w not in wanted):
+                    continue
+                found.append(
+                    TunedShape(
+                        w,
+                        workload.op,
+                        workload.m,
+                        workload.n,
+                        workload.k,
+                        workload.dtype,
+                        workload.a_layout,
+                        workload.b_layout,
+                        workload.epilogue,
+                        json.dumps(s.config.to_dict(), sort_keys=True),
+                    )
+                )
+        found.sort(key=lambda shape: shape.workload_key)
         return found
 
     def list_schedules(

@@ -7,7 +7,18 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Select, func, select, text, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Select,
+    Text,
+    cast,
+    func,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -73,6 +84,7 @@ from tunehub.db.store import (
     LeaseLost,
     ScheduleListing,
     ScheduleStore,
+    TunedShape,
 )
 from tunehub.db.tables import (
     ApiKeyRow,
@@ -627,6 +639,44 @@ class SqlScheduleStore(ScheduleStore):
         query = query.order_by(ScheduleRow.workload_key, ScheduleRow.template)
         with session_scope(self._read) as session:
             return [_schedule(row) for row in session.scalars(query)]
+
+    def tuned_shapes(
+        self,
+        *,
+        target_key: str,
+        template: str,
+        template_version: int,
+        workload_keys: Collection[str] | None = None,
+    ) -> list[TunedShape]:
+        columns = (
+            ScheduleRow.workload_key,
+            WorkloadRow.op,
+            WorkloadRow.m,
+            WorkloadRow.n,
+            WorkloadRow.k,
+            WorkloadRow.dtype,
+            WorkloadRow.a_layout,
+            WorkloadRow.b_layout,
+            WorkloadRow.epilogue,
+            cast(ScheduleRow.config, Text),  # as text: decoded once per distinct config
+        )
+        query = (
+            select(*columns)
+            .join(WorkloadRow, WorkloadRow.workload_key == ScheduleRow.workload_key)
+            .where(
+                ScheduleRow.target_key == target_key,
+                ScheduleRow.template == template,
+                ScheduleRow.template_version == template_version,
+            )
+        )
+        chunks = [None] if workload_keys is None else _chunks(workload_keys)
+        found: list[TunedShape] = []
+        with session_scope(self._read) as session:
+            for chunk in chunks:
+                q = query if chunk is None else query.where(ScheduleRow.workload_key.in_(chunk))
+                found.extend(TunedShape._make(row) for row in session.execute(q))
+        found.sort(key=lambda shape: shape.workload_key)  # as target_schedules: by key
+        return found
 
     def list_schedules(
         self,

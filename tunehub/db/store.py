@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from tunehub.core import (
     ApiKey,
@@ -131,6 +131,21 @@ class ScheduleListing:
     def speedup(self) -> float | None:
         """Vendor library time over this schedule's (above 1: tunehub's kernel is faster)."""
         return None if self.baseline_secs is None else self.baseline_secs / self.best_secs
+
+
+class TunedShape(NamedTuple):
+    """One schedule's workload fields and config (see ``ScheduleStore.tuned_shapes``)."""
+
+    workload_key: str
+    op: str
+    m: int
+    n: int
+    k: int
+    dtype: str
+    a_layout: str
+    b_layout: str
+    epilogue: str
+    config: str  # the config as the store holds it: JSON text (decoded once per distinct one)
 
 
 class ScheduleStore(ABC):
@@ -370,6 +385,20 @@ class ScheduleStore(ABC):
     @abstractmethod
     def target_schedules(self, *, target_key: str, template: str | None = None) -> list[Schedule]:
         """Every schedule on one target (for predicting unseen shapes), any order."""
+
+    @abstractmethod
+    def tuned_shapes(
+        self,
+        *,
+        target_key: str,
+        template: str,
+        template_version: int,
+        workload_keys: Collection[str] | None = None,
+    ) -> list[TunedShape]:
+        """The workload fields and config of every schedule of ``template`` at
+        ``template_version`` on one target (of ``workload_keys`` only, where given), by
+        workload key: what the predicted tier's NeighbourIndex keeps, read as plain rows (no
+        Schedule or Workload objects)."""
 
     @abstractmethod
     def list_schedules(

@@ -35,6 +35,7 @@ from tunehub.service.runner import JobRunner
 from tunehub.service.schemas import HealthOut
 from tunehub.service.security import BodyLimit, CrossSiteCheck, HostCheck, SecurityHeaders
 from tunehub.service.settings import Settings
+from tunehub.tuner.lookup import NeighbourIndex
 from tunehub.workers.base import Measurer
 from tunehub.workers.local import LocalMeasurer
 
@@ -200,7 +201,13 @@ def create_app(
         models = ModelCache(app.state.store)
         app.state.models = models
         trainer: GlobalTrainer | None = None
-        lookup_cache.start(app.state.store, on_models=[models.forget_latest])
+        # The tuned sets predictions are checked against, kept for the process's life and
+        # patched from the same change feed as the answers (see tuner/neighbours.py).
+        neighbours = NeighbourIndex(app.state.store)
+        app.state.neighbours = neighbours
+        lookup_cache.start(
+            app.state.store, on_models=[models.forget_latest], on_changes=[neighbours.forget]
+        )
         if trains:
             store_ = app.state.store
             trainer = GlobalTrainer(

@@ -17,7 +17,9 @@ the full path, with CORS); and, in the same entries, each item's answer of the b
 behind a NUL byte, which no query string holds; only the batch route reads them). Tuned
 answers (``exact``, ``family``) are forgotten when their workload changes; untuned ones
 (``predicted``, ``default``) when any schedule or model does (a prediction is checked against
-the nearest tuned shapes). Where reads need a key, the
+the nearest tuned shapes). The same reads tell the process's ``NeighbourIndex`` (the tuned
+sets those nearest shapes are found in) which workloads to read again, so a new or changed
+schedule counts as a neighbour within about ``lookup_refresh_secs`` too. Where reads need a key, the
 fast path serves a key the full path accepted since the API keys last changed.
 """
 
@@ -28,7 +30,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +104,7 @@ class LookupCache:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_models: list[Any] = []
+        self._on_changes: list[Callable[[frozenset[str] | None], object]] = []
         self.hits = 0
         self.misses = 0
 
@@ -110,12 +113,22 @@ class LookupCache:
     def enabled(self) -> bool:
         return self.max_entries > 0
 
-    def start(self, store: ScheduleStore, *, on_models: Iterable[Any] = ()) -> None:
+    def start(
+        self,
+        store: ScheduleStore,
+        *,
+        on_models: Iterable[Any] = (),
+        on_changes: Iterable[Callable[[frozenset[str] | None], object]] = (),
+    ) -> None:
         """Read the feed's first mark and start the thread that follows it. ``on_models``:
-        callables to call when models change (e.g. ``ModelCache.forget_latest``)."""
+        callables to call when models change (e.g. ``ModelCache.forget_latest``);
+        ``on_changes``: callables given the workloads whose schedules may have changed (None:
+        any), e.g. ``NeighbourIndex.forget``. With ``on_changes`` the feed is followed even
+        when the answer cache is off."""
         self._store = store
         self._on_models = list(on_models)
-        if not self.enabled:
+        self._on_changes = list(on_changes)
+        if not self.enabled and not self._on_changes:
             return
         self.refresh()
         self._stop.clear()
@@ -141,10 +154,14 @@ class LookupCache:
             return None
         changes = self._store.lookup_changes(self._mark)
         with self._lock:
-            if self._mark is not None and changes.any:
+            seen = self._mark is not None
+            if seen and changes.any:
                 self._apply(changes)
             self._mark = changes.mark
             self._fresh_at = time.monotonic()
+        if seen and (changes.workload_keys is None or changes.workload_keys):
+            for forget_workloads in self._on_changes:
+                forget_workloads(changes.workload_keys)
         if changes.models:
             for forget in self._on_models:
                 forget()

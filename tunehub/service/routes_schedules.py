@@ -213,7 +213,9 @@ def best_schedule(
             tuned = TuningOutcome(False, None, f"tuned already ({answer.source})")
             found["tuning"] = tuned.to_dict()
         return encoded_answer(request, found, generation, cacheable=not (queue or refused))
-    untuned = predict_schedule(store, workload, tgt, models, template=template)
+    untuned = predict_schedule(
+        store, workload, tgt, models, template=template, neighbours=neighbour_index(request)
+    )
     if untuned is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
@@ -232,6 +234,12 @@ def best_schedule(
     elif refused:
         out["tuning"] = TuningOutcome(False, None, refused).to_dict()
     return encoded_answer(request, out, generation, cacheable=not (queue or refused))
+
+
+def neighbour_index(request: Request) -> NeighbourIndex:
+    """The process's index of tuned sets, kept fresh from the change feed (app.py)."""
+    index: NeighbourIndex = request.app.state.neighbours
+    return index
 
 
 def lookup_limits(settings: Settings) -> LookupTuningLimits:
@@ -310,7 +318,7 @@ def lookup_schedules(
                 results[i] = cached.body
         queries = unknown
     answers = find_schedules(store, [q for _, q in queries])
-    neighbours = NeighbourIndex(store)
+    neighbours = neighbour_index(request)
     untuned: list[tuple[int, UntunedAnswer]] = []
     tuning: dict[int, dict[str, Any]] = {}
     keep: list[tuple[bytes, CachedAnswer]] = []

@@ -17,10 +17,10 @@ from tunehub.cost_model.registry import ModelCache
 from tunehub.db.store import QueueFull, ScheduleStore
 from tunehub.kernels.base import Template
 from tunehub.kernels.registry import TEMPLATES, get_template
-from tunehub.tuner.model_strategy import workload_distance
 
-# Tuned shapes whose winners a prediction is checked against.
-CHECK_NEIGHBOURS = 3
+# Re-exported: the service and the tests find them here.
+from tunehub.tuner.neighbours import CHECK_NEIGHBOURS as CHECK_NEIGHBOURS
+from tunehub.tuner.neighbours import NeighbourIndex as NeighbourIndex
 
 
 @dataclass(frozen=True)
@@ -400,43 +400,6 @@ def queue_lookup_tuning(
 
 def _space_points(template: Template, workload: Workload, target: Target) -> Sequence[Config]:
     return template.space(workload, target).points
-
-
-class NeighbourIndex:
-    """The tuned workloads of each (target, template) and their schedules' configs, read from
-    the store once (two reads) and kept for the index's life: one lookup, or one batch of them.
-    Not thread-safe; make one per request."""
-
-    def __init__(self, store: ScheduleStore) -> None:
-        self.store = store
-        self._tuned: dict[tuple[str, str, int], list[tuple[Workload, Config]]] = {}
-
-    def winners(self, workload: Workload, target: Target, template: Template) -> list[Config]:
-        """Schedules of the nearest tuned workloads on this target (same template version)."""
-        key = (target.target_key, template.name, template.version)
-        tuned = self._tuned.get(key)
-        if tuned is None:
-            schedules = [
-                s
-                for s in self.store.target_schedules(
-                    target_key=target.target_key, template=template.name
-                )
-                if s.template_version == template.version
-            ]
-            workloads = self.store.get_workloads({s.workload_key for s in schedules})
-            tuned = [
-                (workloads[s.workload_key], s.config)
-                for s in schedules
-                if s.workload_key in workloads
-            ]
-            self._tuned[key] = tuned
-        found = [
-            (workload_distance(other, workload), config)
-            for other, config in tuned
-            if other.key != workload.key and other.op == workload.op
-        ]
-        found.sort(key=lambda t: t[0])
-        return [config for _, config in found[:CHECK_NEIGHBOURS]]
 
 
 def config_threads(config: Config) -> int:
