@@ -6,7 +6,9 @@ B row- or column-major and C row-major. Five variants:
 
 - ``tiled``: one program per output tile in grouped (L2-friendly) order; ``SPLIT_K > 1`` splits
   K over programs that write fp32 partials to a workspace, and a second kernel sums them in a
-  fixed order (deterministic) and applies the epilogue once.
+  fixed order (deterministic) and applies the epilogue once. Without split-K it also takes a
+  composite BLOCK_M of 192 (or 96): a 128- and a 64-row block sharing each B tile, for shapes
+  whose power-of-two tiles leave SMs idle.
 - ``splitk``: ``tiled``'s split of K (``SPLIT_K >= 2``) in one launch: the program that
   arrives last at a tile (an int32 counter per tile, reset by that program) sums the tile's
   fp32 partials in a fixed order, applies the epilogue once and stores C. Its workspace and
