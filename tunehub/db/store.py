@@ -384,7 +384,8 @@ class ScheduleStore(ABC):
 
     @abstractmethod
     def target_schedules(self, *, target_key: str, template: str | None = None) -> list[Schedule]:
-        """Every schedule on one target (for predicting unseen shapes), any order."""
+        """Every schedule on one target, any order (the predicted tier reads ``tuned_shapes``
+        instead: plain rows, no Schedule objects)."""
 
     @abstractmethod
     def tuned_shapes(

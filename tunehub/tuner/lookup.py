@@ -99,7 +99,7 @@ def baseline_dict(record: MeasureRecord | None, *, iso_times: bool = True) -> di
         "median_secs": record.median_secs,
         "gflops": record.gflops,
         "record_id": record.uid,
-        "measured_at": record.created_at.isoformat() if iso_times else record.created_at,
+        "measured_at": (_iso if iso_times else _same)(record.created_at),
     }
 
 
