@@ -1,6 +1,7 @@
 """The nearest tuned workloads of an untuned shape (``NeighbourIndex``): the same answers as
 reading every schedule and sorting on ``workload_distance`` (the implementation it replaced,
-kept in benchmarks/neighbour_search.py as the reference), on every store; and kept fresh by the change feed."""
+kept in benchmarks/neighbour_search.py as the reference), on every store; and kept fresh by
+the change feed."""
 
 from __future__ import annotations
 
