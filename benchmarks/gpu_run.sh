@@ -4,6 +4,7 @@
 #   bash benchmarks/gpu_run.sh check                  # correctness matrix, a process a variant
 #   bash benchmarks/gpu_run.sh splitk                 # one-kernel split-K: its check + timings
 #   bash benchmarks/gpu_run.sh waves                  # wave-quantised shapes: configs past the space
+#   bash benchmarks/gpu_run.sh streamk                # stream-K: its check + timings on those shapes
 #   bash benchmarks/gpu_run.sh bench "4096x4096x4096 16x4096x4096" [trials]
 #   bash benchmarks/gpu_run.sh dataset "square_4096 odd_1000x3000x777" [deadline secs]
 #     (DATASET_ARGS="--configs 500" to sample fewer configs a workload)
@@ -82,6 +83,19 @@ step_waves() {
   echo "gpu_waves rc=${PIPESTATUS[0]}"
 }
 
+step_streamk() {
+  # Stream-K (benchmarks/gpu_streamk.py, its own kernel: not a variant of the template): its
+  # timings beside the last search's pick and cuBLAS on the wave-quantised shapes, each
+  # contender checked first; then Nsight Compute on two shapes.
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+  timeout 330 python3 benchmarks/gpu_streamk.py --budget-secs 280 \
+    --out "$OUT/gpu_streamk-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/streamk.log"
+  echo "gpu_streamk rc=${PIPESTATUS[0]}"
+  for s in 1536x1536x1536:bfloat16 1024x1024x1024:float16; do
+    timeout 200 python3 benchmarks/gpu_streamk.py --ncu "$s" --out-dir "$OUT" | tee -a "$OUT/streamk.log"
+  done
+}
+
 step_bench() {
   local cases=() trials="${2:-64}"
   for c in $1; do cases+=(--case "$c"); done
@@ -99,7 +113,7 @@ step_dataset() {
 }
 
 case "${1:-}" in
-  smoke|service|check|splitk|waves) for s in "$@"; do "step_$s"; done ;;
+  smoke|service|check|splitk|waves|streamk) for s in "$@"; do "step_$s"; done ;;
   bench) step_bench "$2" "${3:-64}" ;;
   dataset) step_dataset "$2" "${3:-420}" ;;
   *) sed -n 2,8p "$0"; exit 2 ;;

@@ -196,7 +196,13 @@ def run_shape(
     min_secs: float,
     sms: int,
     device: Any,
+    dtype: str = "float16",
+    binder: Any = None,
 ) -> None:
+    """Check each contender against a float64 reference, then time them in alternating
+    rounds. ``binder(a, b, out, config, sms)`` makes a config's launch (default: the
+    template's ``bind``); a launch with ``counts`` (tile counters) is checked to repeat its
+    bits and leave the counters at zero."""
     import torch
 
     from tunehub.core import Workload
@@ -205,7 +211,7 @@ def run_shape(
     from tunehub.kernels.gpu_timing import time_gpu
 
     m, n, k = shape
-    workload = Workload(m=m, n=n, k=k, dtype="float16", b_layout="col_major")
+    workload = Workload(m=m, n=n, k=k, dtype=dtype, b_layout="col_major")
     ops = ref.operands(workload, device, seed=1234)
     expected = ref.reference(ops, workload.epilogue)
     calls: list[tuple[Contender, Any, Any]] = []
@@ -221,7 +227,10 @@ def run_shape(
 
                 bound = None
             else:
-                bound = kernels.bind(ops.a, ops.b, None, out, config=c.config, num_sms=sms)
+                if binder is None:
+                    bound = kernels.bind(ops.a, ops.b, None, out, config=c.config, num_sms=sms)
+                else:
+                    bound = binder(ops.a, ops.b, out, c.config, sms)
                 call = bound
             call()
             if device.type == "cuda":

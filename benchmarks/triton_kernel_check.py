@@ -226,8 +226,10 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
     ]
     for c, m, n, k in edge:
         for epilogue in ("none", "bias_gelu"):
-            jobs.append(job("edge", c, m, n, k, "float16", epilogue, ("row", "col")))
-            jobs.append(job("edge", c, m, n, k, "bfloat16", epilogue, ("col", "row")))
+            for dtype, layouts in (("float16", ("row", "col")), ("bfloat16", ("col", "row"))):
+                # e.g. a column-major A of 127 rows: no TMA descriptor takes it.
+                if not tg.workload_problem(c["variant"], m, n, k, dtype, *layouts):
+                    jobs.append(job("edge", c, m, n, k, dtype, epilogue, layouts))
     return jobs
 
 
