@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_run.sh check                  # correctness matrix, a process a variant
 #   bash benchmarks/gpu_run.sh splitk                 # one-kernel split-K: its check + timings
 #   bash benchmarks/gpu_run.sh waves                  # wave-quantised shapes: configs past the space
-#   bash benchmarks/gpu_run.sh streamk                # stream-K: its check + timings on those shapes
+#   bash benchmarks/gpu_run.sh streamk                # stream-K probe: timings, Nsight Compute
+#   bash benchmarks/gpu_run.sh tiles check_variant    # chosen configs vs cuBLAS; VARIANT's checks
 #   bash benchmarks/gpu_run.sh bench "4096x4096x4096 16x4096x4096" [trials]
 #   bash benchmarks/gpu_run.sh dataset "square_4096 odd_1000x3000x777" [deadline secs]
 #     (DATASET_ARGS="--configs 500" to sample fewer configs a workload)
@@ -96,6 +97,26 @@ step_streamk() {
   done
 }
 
+step_tiles() {
+  # Chosen configs beside cuBLAS, no search (benchmarks/gpu_tiles.py; its default plan: the
+  # composite tiles of 'tma' on the wave-quantised shapes).
+  timeout 330 python3 benchmarks/gpu_tiles.py --budget-secs 280 ${TILES_ARGS:-} \
+    --out "$OUT/gpu_tiles-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/tiles.log"
+  echo "gpu_tiles rc=${PIPESTATUS[0]}"
+}
+
+step_check_variant() {
+  # One variant's part of the check matrix (VARIANT=tma ...), with check's hang guard.
+  local v="${VARIANT:-tma}"
+  mkdir -p "$OUT/check_$v"
+  timeout 200 python3 benchmarks/triton_kernel_check.py --out "$OUT/check_$v" \
+    --budget-secs 300 --skip timing xproc --variants "$v" --case-secs 20 \
+    >"$OUT/check_$v/run.log" 2>&1
+  echo "check $v rc=$?"
+  grep -v '^case' "$OUT/check_$v/run.log" | tail -8
+  (cd "$OUT" && tar czf "check_$v.tgz" "check_$v" && rm -rf "check_$v")
+}
+
 step_bench() {
   local cases=() trials="${2:-64}"
   for c in $1; do cases+=(--case "$c"); done
@@ -113,7 +134,7 @@ step_dataset() {
 }
 
 case "${1:-}" in
-  smoke|service|check|splitk|waves|streamk) for s in "$@"; do "step_$s"; done ;;
+  smoke|service|check|check_variant|splitk|waves|streamk|tiles) for s in "$@"; do "step_$s"; done ;;
   bench) step_bench "$2" "${3:-64}" ;;
   dataset) step_dataset "$2" "${3:-420}" ;;
   *) sed -n 2,8p "$0"; exit 2 ;;

@@ -179,8 +179,12 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
     }
     # Every variant x dtype x epilogue x layout on a shape that suits TMA (16-byte leading
     # dimensions for every dtype) yet has partial tiles in M, N and K.
-    # A composite tile (192 rows: a 128- and a 64-row block) runs as 'tiled'.
-    matrix = [*configs.items(), ("tiled", cfg("tiled", 192, 64, 32, 4, 3, group_m=4))]
+    # Composite tiles (192 rows: a 128- and a 64-row block) in 'tiled' and 'tma'.
+    matrix = [
+        *configs.items(),
+        ("tiled", cfg("tiled", 192, 64, 32, 4, 3, group_m=4)),
+        ("tma", cfg("tma", 192, 64, 32, 4, 3, group_m=4)),
+    ]
     for variant, c in matrix:
         for (dtype, tf32), layouts, epilogue in _product(dtypes, layout_pairs, tg.EPILOGUES):
             if tg.workload_problem(variant, 272, 336, 208, dtype, *layouts):
@@ -223,6 +227,10 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         (cfg("tiled", 192, 128, 64, 4, 4), 384, 256, 512),
         (cfg("tiled", 192, 64, 32, 4, 3), 257, 333, 211),
         (cfg("tiled", 192, 128, 64, 8, 4), 200, 100, 80),
+        (cfg("tma", 192, 128, 64, 4, 4), 3000, 1000, 4000),
+        (cfg("tma", 192, 128, 64, 8, 4, FLATTEN=True), 1536, 1536, 1536),
+        (cfg("tma", 192, 128, 64, 8, 4, FLATTEN=False), 200, 104, 80),
+        (cfg("tma", 192, 256, 64, 8, 3), 1000, 3000, 776),
     ]
     for c, m, n, k in edge:
         for epilogue in ("none", "bias_gelu"):

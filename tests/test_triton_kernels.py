@@ -234,6 +234,27 @@ def test_composite_tile(m: int, n: int, k: int, layouts: tuple[str, str]) -> Non
 
 
 @pytest.mark.parametrize(
+    ("m", "n", "k"),
+    [
+        pytest.param(104, 48, 64, id="partial-second-block"),  # rows 96..103: the 32-row box
+        pytest.param(192, 40, 64, id="whole-tiles"),
+        pytest.param(8, 32, 48, id="M-below-one-block"),  # the second box wholly out of bounds
+    ],
+)
+@pytest.mark.parametrize("layouts", LAYOUT_PAIRS, ids="x".join)
+def test_composite_tile_through_descriptors(
+    m: int, n: int, k: int, layouts: tuple[str, str]
+) -> None:
+    # ``tma`` with BLOCK_M=96: two descriptors of A (64- and 32-row boxes); rows past M are
+    # zero-filled by the descriptor, not wrapped. Persistent: 2 programs loop over the tiles.
+    for flat in (False, True):
+        cfg = config("tma", bm=96, bn=32, bk=32, FLATTEN=flat)
+        for dtype, epilogue in (("float16", "bias_gelu"), ("float32", "none")):
+            err = run(m, n, k, cfg, dtype, epilogue, layouts, num_sms=2)
+            assert_close(err, dtype)
+
+
+@pytest.mark.parametrize(
     ("k", "split_k"),
     [
         pytest.param(200, 4, id="even-splits"),
@@ -503,6 +524,8 @@ def test_config_problem() -> None:
     assert tg.config_problem(ok, "float16", H100) is None
     # A composite tile: 192 rows as a 128- and a 64-row block (tiled, no split-K).
     assert tg.config_problem({**ok, "BLOCK_M": 192, "num_stages": 4}, "float16", H100) is None
+    composite_tma = {**ok, "variant": "tma", "BLOCK_M": 192, "num_stages": 4}
+    assert tg.config_problem(composite_tma, "float16", H100) is None
     assert tg.config_problem(config("ws", bm=128, bn=256, bk=64), "float16", H100) is None
     cases: list[tuple[dict[str, Any], str, str]] = [
         ({**ok, "num_stages": 6, "BLOCK_N": 256}, "float16", "shared memory"),
@@ -510,8 +533,9 @@ def test_config_problem() -> None:
         ({**ok, "BLOCK_K": 16}, "float8_e4m3fn", "MMA's K of 32"),
         ({**ok, "BLOCK_M": 48}, "float16", "power of two"),
         ({**ok, "BLOCK_N": 192}, "float16", "power of two"),
-        ({**ok, "BLOCK_M": 192, "variant": "persistent"}, "float16", "'tiled' without split-K"),
-        ({**ok, "BLOCK_M": 192, "SPLIT_K": 2}, "float16", "'tiled' without split-K"),
+        ({**ok, "BLOCK_M": 192, "variant": "persistent"}, "float16", "'tma' without split-K"),
+        ({**ok, "BLOCK_M": 192, "variant": "ws"}, "float16", "'tma' without split-K"),
+        ({**ok, "BLOCK_M": 192, "SPLIT_K": 2}, "float16", "without split-K"),
         ({**ok, "variant": "persistent", "SPLIT_K": 4}, "float16", "only tiled"),
         ({**ok, "variant": "splitk"}, "float16", "SPLIT_K >= 2"),
         ({**ok, "variant": "splitk", "SPLIT_K": 2, "FLATTEN": False}, "float16", "persistent"),

@@ -15,7 +15,8 @@ B row- or column-major and C row-major. Five variants:
   counters are cached per device and stream, so a call allocates and clears nothing.
 - ``persistent``: ``min(#tiles, NUM_SMS)`` programs that loop over tiles.
 - ``tma``: persistent, operands loaded through TMA tensor descriptors (Hopper+), built on the
-  host and passed by value.
+  host and passed by value. It takes ``tiled``'s composite BLOCK_M (192 = 128 + 64 rows, two
+  descriptors of A) too.
 - ``ws``: ``tma`` (descriptors built in the kernel: host-side ones hung it) with
   ``tl.range(..., warp_specialize=True)`` on the tile loop, which Triton
   3.6 turns into a producer warpgroup and two wgmma consumer warpgroups on sm_90, but only
@@ -429,6 +430,7 @@ def _gemm_persistent_kernel(
 @triton.jit
 def _gemm_tma_kernel(
     a_desc,
+    a1_desc,
     b_desc,
     c_ptr,
     bias_ptr,
@@ -450,7 +452,12 @@ def _gemm_tma_kernel(
     INPUT_PRECISION: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
     FLATTEN: tl.constexpr,
+    BM1: tl.constexpr,
 ):
+    # BM1 > 0: a composite tile of BLOCK_M = BM0 + BM1 rows (192 = 128 + 64), as in ``tiled``:
+    # ``a_desc`` loads the first BM0 rows and ``a1_desc`` (the same tensor, a BM1-row box) the
+    # next BM1, and both blocks share each B tile.
+    BM0: tl.constexpr = BLOCK_M - BM1
     # The descriptors are built on the host (``_descriptor``) and passed by value: building
     # them in the kernel cost every program a global write and a proxy fence before its first
     # load, about a microsecond a call (benchmarks/notes/gpu_kernels_v2.md). TMA needs the
@@ -492,18 +499,28 @@ def _gemm_tma_kernel(
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = tl.zeros((BM0, BLOCK_N), dtype=tl.float32)
+        if BM1 > 0:
+            acc1 = tl.zeros((BM1, BLOCK_N), dtype=tl.float32)
         for kt in range(k_tiles):
             off_k = kt * BLOCK_K
             a = a_desc.load([off_k, off_m]).T if A_COL else a_desc.load([off_m, off_k])
             b = b_desc.load([off_n, off_k]).T if B_COL else b_desc.load([off_k, off_n])
             acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+            if BM1 > 0:
+                off_m1 = off_m + BM0
+                a1 = a1_desc.load([off_k, off_m1]).T if A_COL else a1_desc.load([off_m1, off_k])
+                acc1 = tl.dot(a1, b, acc1, input_precision=INPUT_PRECISION)
         tile_id_c += NUM_SMS
         pid_m, pid_n = _tile_coords(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BM0)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
         _store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm)
+        if BM1 > 0:
+            offs_m1 = pid_m * BLOCK_M + BM0 + tl.arange(0, BM1)
+            acc1 = _epilogue(acc1, bias_ptr, offs_n, N, EPILOGUE)
+            _store_tile(c_ptr, acc1, offs_m1, offs_n, M, N, stride_cm)
 
 
 # --------------------------------------------------------------------------------------------
@@ -657,20 +674,30 @@ def _launches(
         "WARP_SPECIALIZE": variant == "ws",
         "DEVICE_DESC": variant == "ws",
         "FLATTEN": flatten(config),
+        "BM1": composite_rest(bm),
         **options,
     }
     lda = sak if problem.a_layout == "col" else sam
     ldb = sbn if problem.b_layout == "col" else sbk
     a_desc, b_desc = a, b  # ws: the kernel builds its descriptors from the pointers
+    a1_desc = a_desc
     if variant == "tma":
         a_col, b_col = problem.a_layout == "col", problem.b_layout == "col"
-        a_desc = _descriptor(
-            a, [k, m] if a_col else [m, k], [lda, 1], [bk, bm] if a_col else [bm, bk]
-        )
+        bm1 = composite_rest(bm)
+        a_shape = [k, m] if a_col else [m, k]
+
+        def a_box(rows: int) -> list[int]:
+            return [bk, rows] if a_col else [rows, bk]
+
+        a_desc = _descriptor(a, a_shape, [lda, 1], a_box(bm - bm1))
+        if bm1:
+            a1_desc = _descriptor(a, a_shape, [lda, 1], a_box(bm1))
+        else:
+            a1_desc = a_desc
         b_desc = _descriptor(
             b, [n, k] if b_col else [k, n], [ldb, 1], [bn, bk] if b_col else [bk, bn]
         )
-    args = (a_desc, b_desc, c, bias, m, n, k, n, lda, ldb)
+    args = (a_desc, a1_desc, b_desc, c, bias, m, n, k, n, lda, ldb)
     return [_Launch(_gemm_tma_kernel, grid, args, kwargs)]
 
 

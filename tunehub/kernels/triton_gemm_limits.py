@@ -77,6 +77,8 @@ _INTERPRETER_NUM_SMS = 3
 # answers 3000x1000x4000 with 192x128 tiles: 128 tiles for 132 SMs where 128x256 makes 96
 # (benchmarks/notes/gpu_kernels_v2.md, "Composite tiles").
 COMPOSITE_BLOCK_MS: tuple[int, ...] = (96, 192)
+# The variants that take them: ``tiled`` (two pointer blocks) and ``tma`` (two descriptors).
+_COMPOSITE_VARIANTS = ("tiled", "tma")
 
 
 def composite_rest(block_m: int) -> int:
@@ -297,10 +299,11 @@ def config_problem(
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         value = knobs[key]
         if key == "BLOCK_M" and value in COMPOSITE_BLOCK_MS:
-            if variant != "tiled" or knobs["SPLIT_K"] != 1:
+            if variant not in _COMPOSITE_VARIANTS or knobs["SPLIT_K"] != 1:
                 return (
                     f"BLOCK_M={value} (a {value - composite_rest(value)}- and a "
-                    f"{composite_rest(value)}-row block) is for 'tiled' without split-K only"
+                    f"{composite_rest(value)}-row block) is for "
+                    f"{' and '.join(map(repr, _COMPOSITE_VARIANTS))} without split-K only"
                 )
             continue
         if value < 16 or value & (value - 1):
