@@ -353,12 +353,16 @@ class TritonGemmTemplate(Template):
             for split in (8, 4, 16, 2):
                 if tiles_64 * split <= SPLIT_K_MAX_WAVES * sms:
                     yield c("tiled", 64, 64, 128, 4, 5, split=split)
-        yield c("tma", 128, 256, wide_k, 8, 3, group=16)
-        if _wave_fill(m, n, 192, 128, sms) > _wave_fill(m, n, 128, 256, sms) + 0.1:
+        fill_192 = _wave_fill(m, n, 192, 128, sms)
+        if fill_192 >= 0.7 and fill_192 > _wave_fill(m, n, 128, 256, sms) + 0.1:
             # The 128x256 tiles leave SMs idle that 192x128 ones fill (cuBLAS's tile for
-            # 3000x1000x4000: 128 tiles for 132 SMs where 128x256 makes 96; on the H100 the
-            # composite tile ran it 1.09x faster than the best power-of-two one).
+            # 3000x1000x4000: 128 tiles for 132 SMs where 128x256 makes 96). On the H100 the
+            # composite tile through TMA, unflattened, ran it 1.23x faster than tma 128x256
+            # and 1.05x faster than through pointers (1536^3 bf16: 1.20x and 1.03x;
+            # benchmarks/results/gpu_tiles-h100-20261125T044631.json).
+            yield c("tma", 192, 128, 64, 4, 4)
             yield c("tiled", 192, 128, 64, 4, 4)
+        yield c("tma", 128, 256, wide_k, 8, 3, group=16)
         yield c("tma", 128, 256, wide_k, 8, 4)
         yield c("ws", 128, 256, wide_k, 4, 3)
         yield c("ws", 256, 128, wide_k, 4, 3)

@@ -690,10 +690,7 @@ def _launches(
             return [bk, rows] if a_col else [rows, bk]
 
         a_desc = _descriptor(a, a_shape, [lda, 1], a_box(bm - bm1))
-        if bm1:
-            a1_desc = _descriptor(a, a_shape, [lda, 1], a_box(bm1))
-        else:
-            a1_desc = a_desc
+        a1_desc = _descriptor(a, a_shape, [lda, 1], a_box(bm1)) if bm1 else a_desc
         b_desc = _descriptor(
             b, [n, k] if b_col else [k, n], [ldb, 1], [bn, bk] if b_col else [bk, bn]
         )
