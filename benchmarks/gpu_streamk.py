@@ -329,9 +329,33 @@ def ncu_child(spec: str) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def run_ncu(spec: str, out_dir: Path) -> int:
+def summarize_ncu(text: str) -> None:
+    """Print the telling metrics of each profiled launch from ncu's CSV (rows carry fewer
+    fields than the header where no rule fired)."""
     import csv
     import io
+
+    rows = list(csv.reader(io.StringIO(text[text.find('"ID"') :])))
+    if not rows:
+        return
+    idx = {h: i for i, h in enumerate(rows[0])}
+    launches: dict[str, dict[str, str]] = {}
+    for r in rows[1:]:
+        if len(r) <= idx["Metric Value"]:
+            continue
+        key = f"{r[idx['ID']]} {r[idx['Kernel Name']]}"
+        launches.setdefault(key, {})[r[idx["Metric Name"]]] = r[idx["Metric Value"]]
+    want = ("Duration", "Registers Per Thread", "Achieved Occupancy", "Throughput",
+            "L2 Hit Rate", "Warp Cycles Per Issued Instruction", "Issued Warp Per Scheduler",
+            "Eligible Warps Per Scheduler", "Dynamic Shared Memory Per Block")  # fmt: skip
+    for key, metrics in launches.items():
+        print(key)
+        for name_, value in metrics.items():
+            if any(w in name_ for w in want):
+                print(f"    {name_:>44} {value}")
+
+
+def run_ncu(spec: str, out_dir: Path) -> int:
     import subprocess
 
     ncu = "ncu"
@@ -349,27 +373,7 @@ def run_ncu(spec: str, out_dir: Path) -> int:
     (out_dir / f"streamk_ncu-{tag}.csv").write_text(done.stdout)
     if done.returncode:
         print(done.stderr[-3000:])
-    rows = list(csv.reader(io.StringIO(done.stdout[done.stdout.find('"ID"') :])))
-    if not rows:
-        return 1
-    head = rows[0]
-    idx = {h: i for i, h in enumerate(head)}
-    launches: dict[str, dict[str, str]] = {}
-    for r in rows[1:]:
-        if len(r) < len(head):
-            continue
-        key = f"{r[idx['ID']]} {r[idx['Kernel Name']][:24]}"
-        launches.setdefault(key, {})[f"{r[idx['Metric Name']]} ({r[idx['Metric Unit']]})"] = r[
-            idx["Metric Value"]
-        ]
-    want = ("Duration", "Registers Per Thread", "Achieved Occupancy", "Memory Throughput",
-            "Compute (SM) Throughput", "L2 Hit Rate", "DRAM Throughput", "Warp Cycles Per "
-            "Issued Instruction", "Issued Warp Per Scheduler", "Stall")  # fmt: skip
-    for key, metrics in launches.items():
-        print(key)
-        for name_, value in metrics.items():
-            if any(w in name_ for w in want):
-                print(f"    {name_:>60} {value}")
+    summarize_ncu(done.stdout)
     return done.returncode
 
 
@@ -392,6 +396,7 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--ncu", default=None, help="MxNxK:dtype to profile under ncu")
     parser.add_argument("--ncu-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--ncu-summary", type=Path, default=None, help="summarise an ncu CSV")
     parser.add_argument("--out-dir", type=Path, default=Path("."))
     args = parser.parse_args()
     if args.ncu_child:
@@ -399,6 +404,9 @@ def main() -> int:
         return 0
     if args.ncu:
         return run_ncu(args.ncu, args.out_dir)
+    if args.ncu_summary:
+        summarize_ncu(args.ncu_summary.read_text())
+        return 0
     start = time.monotonic()
     if args.dry_run:
         for shape, contenders in plan(H100_SMS):
