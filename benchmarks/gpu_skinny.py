@@ -254,6 +254,27 @@ PLAN: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {
 }
 
 
+# --plan deep: the same kernels with deeper pipelines (cuBLAS's kernel names for these shapes
+# say 11 stages of BLOCK_K 64 on 127x5000x2048; the template's space stops at 6 stages).
+DEEP: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {
+    (127, 5000, 2048, "float16"): [
+        config("tma", 64, 128, 128, 4, 4, group=16, FLATTEN=True),  # the search's pick
+        config("tma", 64, 128, 64, 4, 8, group=16, FLATTEN=True),
+        config("tma", 64, 128, 64, 4, 8, group=16, FLATTEN=False),
+        *(config("ncomp", 64, 80, 128, 4, s) for s in (5, 6)),
+        *(config("ncomp", 64, 80, 64, 4, s) for s in (8, 10, 11)),
+        config("tiled", 64, 64, 64, 4, 10),
+    ],
+    (256, 256, 65536, "float16"): [
+        config("splitk", 64, 64, 128, 4, 6, group=4, split=8),  # the search's pick
+        config("splitk", 64, 64, 128, 4, 7, group=4, split=8),
+        *(config("splitk", 64, 64, 64, 4, s, group=4, split=8) for s in (8, 10, 12)),
+        config("splitk_tma", 64, 64, 128, 4, 7, group=4, split=8),
+        *(config("splitk_tma", 64, 64, 64, 4, s, group=4, split=8) for s in (8, 12)),
+    ],
+}
+
+
 def name(c: Contender) -> str:
     if c.config is None:
         return "cuBLAS"
@@ -268,9 +289,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--min-secs", type=float, default=0.05)
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--plan", choices=("tiles", "deep"), default="tiles")
     args = parser.parse_args()
+    plan = DEEP if args.plan == "deep" else PLAN
     if args.dry_run:
-        for shape, configs in PLAN.items():
+        for shape, configs in plan.items():
             print("x".join(map(str, shape)), *(name(Contender("", c)) for c in configs), sep="\n  ")
         return 0
     import torch
@@ -290,7 +313,7 @@ def main() -> int:
         "timing": {"rounds": args.rounds, "min_secs_per_round": args.min_secs},
         "cases": [],
     }
-    for (m, n, k, dtype), configs in PLAN.items():
+    for (m, n, k, dtype), configs in plan.items():
         contenders = [Contender("probe", c) for c in configs] + [Contender("cuBLAS", None)]
         run_shape((m, n, k), contenders, rounds=args.rounds, min_secs=args.min_secs, sms=sms,
                   device=device, dtype=dtype, binder=bind)  # fmt: skip
