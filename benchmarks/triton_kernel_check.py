@@ -184,6 +184,7 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         *configs.items(),
         ("tiled", cfg("tiled", 192, 64, 32, 4, 3, group_m=4)),
         ("tma", cfg("tma", 192, 64, 32, 4, 3, group_m=4)),
+        ("tma", cfg("tma", 64, 80, 32, 4, 3, group_m=4)),
     ]
     for variant, c in matrix:
         for (dtype, tf32), layouts, epilogue in _product(dtypes, layout_pairs, tg.EPILOGUES):
@@ -231,6 +232,9 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         (cfg("tma", 192, 128, 64, 8, 4, FLATTEN=True), 1536, 1536, 1536),
         (cfg("tma", 192, 128, 64, 8, 4, FLATTEN=False), 200, 104, 80),
         (cfg("tma", 192, 256, 64, 8, 3), 1000, 3000, 776),
+        (cfg("tma", 64, 80, 128, 4, 6), 127, 5000, 2048),
+        (cfg("tma", 64, 80, 128, 8, 4, FLATTEN=True), 1000, 3000, 776),
+        (cfg("tma", 128, 80, 64, 8, 4, FLATTEN=False), 200, 104, 80),
     ]
     for c, m, n, k in edge:
         for epilogue in ("none", "bias_gelu"):

@@ -236,6 +236,27 @@ def test_composite_tile(m: int, n: int, k: int, layouts: tuple[str, str]) -> Non
 @pytest.mark.parametrize(
     ("m", "n", "k"),
     [
+        pytest.param(40, 200, 64, id="partial-second-block"),  # columns 192..199: the 16 box
+        pytest.param(24, 160, 48, id="whole-tiles"),
+        pytest.param(16, 8, 32, id="N-below-one-block"),  # the second box wholly out of bounds
+    ],
+)
+@pytest.mark.parametrize("layouts", LAYOUT_PAIRS, ids="x".join)
+def test_composite_columns_through_descriptors(
+    m: int, n: int, k: int, layouts: tuple[str, str]
+) -> None:
+    # ``tma`` with BLOCK_N=80: two descriptors of B (64- and 16-column boxes) sharing each A
+    # tile; the bias and epilogue apply to both blocks' columns.
+    for flat in (False, True):
+        cfg = config("tma", bm=16, bn=80, bk=32, FLATTEN=flat)
+        for dtype, epilogue in (("float16", "bias_gelu"), ("float32", "bias")):
+            err = run(m, n, k, cfg, dtype, epilogue, layouts, num_sms=2)
+            assert_close(err, dtype)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k"),
+    [
         pytest.param(104, 48, 64, id="partial-second-block"),  # rows 96..103: the 32-row box
         pytest.param(192, 40, 64, id="whole-tiles"),
         pytest.param(8, 32, 48, id="M-below-one-block"),  # the second box wholly out of bounds
@@ -526,6 +547,15 @@ def test_config_problem() -> None:
     assert tg.config_problem({**ok, "BLOCK_M": 192, "num_stages": 4}, "float16", H100) is None
     composite_tma = {**ok, "variant": "tma", "BLOCK_M": 192, "num_stages": 4}
     assert tg.config_problem(composite_tma, "float16", H100) is None
+    # ... and along N (80 = 64 + 16), through descriptors only, one composite edge at most.
+    wide = {**ok, "variant": "tma", "BLOCK_M": 64, "BLOCK_N": 80, "BLOCK_K": 128, "num_stages": 6}
+    assert tg.config_problem(wide, "float16", H100) is None
+    assert "'tma' with a power-of-two" in (
+        tg.config_problem({**wide, "variant": "tiled"}, "float16", H100) or ""
+    )
+    assert "'tma' with a power-of-two" in (
+        tg.config_problem({**composite_tma, "BLOCK_N": 80}, "float16", H100) or ""
+    )
     assert tg.config_problem(config("ws", bm=128, bn=256, bk=64), "float16", H100) is None
     cases: list[tuple[dict[str, Any], str, str]] = [
         ({**ok, "num_stages": 6, "BLOCK_N": 256}, "float16", "shared memory"),

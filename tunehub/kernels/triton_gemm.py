@@ -53,7 +53,9 @@ from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 # 192: a composite tile (a 128- and a 64-row block, ``tiled`` without split-K only), for
 # shapes whose power-of-two tiles leave SMs idle (triton_gemm_limits.COMPOSITE_BLOCK_MS).
 BLOCK_MS = (16, 32, 64, 128, 192, 256)
-BLOCK_NS = (32, 64, 128, 256)
+# 80: a composite tile edge (a 64- and a 16-column block, ``tma`` only), for skinny products
+# whose power-of-two tiles leave SMs idle (triton_gemm_limits.COMPOSITE_BLOCK_NS).
+BLOCK_NS = (32, 64, 80, 128, 256)
 BLOCK_KS = (32, 64, 128, 256)
 GROUP_MS = (1, 4, 8, 16)
 WARPS = (4, 8)
@@ -353,6 +355,13 @@ class TritonGemmTemplate(Template):
             for split in (8, 4, 16, 2):
                 if tiles_64 * split <= SPLIT_K_MAX_WAVES * sms:
                     yield c("tiled", 64, 64, 128, 4, 5, split=split)
+        fill_80 = _wave_fill(m, n, 64, 80, sms)
+        if m <= 128 and fill_80 >= 0.7 and fill_80 > _wave_fill(m, n, 64, 128, sms) + 0.1:
+            # Likewise along N, for skinny products: 64x80 tiles (cuBLAS's for 127x5000x2048:
+            # 126 tiles where 64x128 makes 80) ran it 1.04x faster than the search's 64x128
+            # pick on the H100 with 6 stages of BLOCK_K 128
+            # (benchmarks/results/gpu_skinny-h100-20261125T051002-deep.log).
+            yield c("tma", 64, 80, 128, 4, 6)
         fill_192 = _wave_fill(m, n, 192, 128, sms)
         if fill_192 >= 0.7 and fill_192 > _wave_fill(m, n, 128, 256, sms) + 0.1:
             # The 128x256 tiles leave SMs idle that 192x128 ones fill (cuBLAS's tile for

@@ -16,7 +16,7 @@ B row- or column-major and C row-major. Five variants:
 - ``persistent``: ``min(#tiles, NUM_SMS)`` programs that loop over tiles.
 - ``tma``: persistent, operands loaded through TMA tensor descriptors (Hopper+), built on the
   host and passed by value. It takes ``tiled``'s composite BLOCK_M (192 = 128 + 64 rows, two
-  descriptors of A) too.
+  descriptors of A) too, and a composite BLOCK_N (80 = 64 + 16 columns, two of B).
 - ``ws``: ``tma`` (descriptors built in the kernel: host-side ones hung it) with
   ``tl.range(..., warp_specialize=True)`` on the tile loop, which Triton
   3.6 turns into a producer warpgroup and two wgmma consumer warpgroups on sm_90, but only
@@ -432,6 +432,7 @@ def _gemm_tma_kernel(
     a_desc,
     a1_desc,
     b_desc,
+    b1_desc,
     c_ptr,
     bias_ptr,
     M: tl.constexpr,
@@ -453,11 +454,14 @@ def _gemm_tma_kernel(
     WARP_SPECIALIZE: tl.constexpr,
     FLATTEN: tl.constexpr,
     BM1: tl.constexpr,
+    BN1: tl.constexpr,
 ):
     # BM1 > 0: a composite tile of BLOCK_M = BM0 + BM1 rows (192 = 128 + 64), as in ``tiled``:
     # ``a_desc`` loads the first BM0 rows and ``a1_desc`` (the same tensor, a BM1-row box) the
-    # next BM1, and both blocks share each B tile.
+    # next BM1, and both blocks share each B tile. BN1 > 0: the same along N (80 = 64 + 16,
+    # ``b1_desc`` the second box), both blocks sharing each A tile. At most one is non-zero.
     BM0: tl.constexpr = BLOCK_M - BM1
+    BN0: tl.constexpr = BLOCK_N - BN1
     # The descriptors are built on the host (``_descriptor``) and passed by value: building
     # them in the kernel cost every program a global write and a proxy fence before its first
     # load, about a microsecond a call (benchmarks/notes/gpu_kernels_v2.md). TMA needs the
@@ -499,9 +503,11 @@ def _gemm_tma_kernel(
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BM0, BLOCK_N), dtype=tl.float32)
+        acc = tl.zeros((BM0, BN0), dtype=tl.float32)
         if BM1 > 0:
-            acc1 = tl.zeros((BM1, BLOCK_N), dtype=tl.float32)
+            acc1 = tl.zeros((BM1, BN0), dtype=tl.float32)
+        if BN1 > 0:
+            acc2 = tl.zeros((BM0, BN1), dtype=tl.float32)
         for kt in range(k_tiles):
             off_k = kt * BLOCK_K
             a = a_desc.load([off_k, off_m]).T if A_COL else a_desc.load([off_m, off_k])
@@ -511,16 +517,24 @@ def _gemm_tma_kernel(
                 off_m1 = off_m + BM0
                 a1 = a1_desc.load([off_k, off_m1]).T if A_COL else a1_desc.load([off_m1, off_k])
                 acc1 = tl.dot(a1, b, acc1, input_precision=INPUT_PRECISION)
+            if BN1 > 0:
+                off_n1 = off_n + BN0
+                b1 = b1_desc.load([off_n1, off_k]).T if B_COL else b1_desc.load([off_k, off_n1])
+                acc2 = tl.dot(a, b1, acc2, input_precision=INPUT_PRECISION)
         tile_id_c += NUM_SMS
         pid_m, pid_n = _tile_coords(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BM0)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BN0)
         acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
         _store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm)
         if BM1 > 0:
             offs_m1 = pid_m * BLOCK_M + BM0 + tl.arange(0, BM1)
             acc1 = _epilogue(acc1, bias_ptr, offs_n, N, EPILOGUE)
             _store_tile(c_ptr, acc1, offs_m1, offs_n, M, N, stride_cm)
+        if BN1 > 0:
+            offs_n2 = pid_n * BLOCK_N + BN0 + tl.arange(0, BN1)
+            acc2 = _epilogue(acc2, bias_ptr, offs_n2, N, EPILOGUE)
+            _store_tile(c_ptr, acc2, offs_m, offs_n2, M, N, stride_cm)
 
 
 # --------------------------------------------------------------------------------------------
@@ -675,12 +689,13 @@ def _launches(
         "DEVICE_DESC": variant == "ws",
         "FLATTEN": flatten(config),
         "BM1": composite_rest(bm),
+        "BN1": composite_rest(bn),
         **options,
     }
     lda = sak if problem.a_layout == "col" else sam
     ldb = sbn if problem.b_layout == "col" else sbk
     a_desc, b_desc = a, b  # ws: the kernel builds its descriptors from the pointers
-    a1_desc = a_desc
+    a1_desc, b1_desc = a_desc, b_desc
     if variant == "tma":
         a_col, b_col = problem.a_layout == "col", problem.b_layout == "col"
         bm1 = composite_rest(bm)
@@ -691,10 +706,15 @@ def _launches(
 
         a_desc = _descriptor(a, a_shape, [lda, 1], a_box(bm - bm1))
         a1_desc = _descriptor(a, a_shape, [lda, 1], a_box(bm1)) if bm1 else a_desc
-        b_desc = _descriptor(
-            b, [n, k] if b_col else [k, n], [ldb, 1], [bn, bk] if b_col else [bk, bn]
-        )
-    args = (a_desc, a1_desc, b_desc, c, bias, m, n, k, n, lda, ldb)
+        bn1 = composite_rest(bn)
+        b_shape = [n, k] if b_col else [k, n]
+
+        def b_box(cols: int) -> list[int]:
+            return [cols, bk] if b_col else [bk, cols]
+
+        b_desc = _descriptor(b, b_shape, [ldb, 1], b_box(bn - bn1))
+        b1_desc = _descriptor(b, b_shape, [ldb, 1], b_box(bn1)) if bn1 else b_desc
+    args = (a_desc, a1_desc, b_desc, b1_desc, c, bias, m, n, k, n, lda, ldb)
     return [_Launch(_gemm_tma_kernel, grid, args, kwargs)]
 
 

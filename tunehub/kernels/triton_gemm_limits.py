@@ -79,11 +79,18 @@ _INTERPRETER_NUM_SMS = 3
 COMPOSITE_BLOCK_MS: tuple[int, ...] = (96, 192)
 # The variants that take them: ``tiled`` (two pointer blocks) and ``tma`` (two descriptors).
 _COMPOSITE_VARIANTS = ("tiled", "tma")
+# Column counts of composite tiles, ``tma`` only (two descriptors of B): cuBLAS runs
+# 127x5000x2048 with 64x80 tiles (126 for 132 SMs where 64x128 makes 80); on the H100, 64x80
+# through TMA with 6 stages ran it 1.04x faster than the search's 64x128 pick
+# (benchmarks/results/gpu_skinny-h100-20261125T051002-deep.log).
+COMPOSITE_BLOCK_NS: tuple[int, ...] = (80,)
+_COMPOSITE_REST = {96: 32, 192: 64, 80: 16}
 
 
-def composite_rest(block_m: int) -> int:
-    """Rows of a composite tile's second block (64 of 192), 0 for a power of two."""
-    return block_m // 3 if block_m in COMPOSITE_BLOCK_MS else 0
+def composite_rest(edge: int) -> int:
+    """Rows (columns) of a composite tile edge's second block: 64 of 192, 32 of 96, 16 of 80;
+    0 for a power of two."""
+    return _COMPOSITE_REST.get(edge, 0)
 
 
 def variants() -> tuple[str, ...]:
@@ -304,6 +311,14 @@ def config_problem(
                     f"BLOCK_M={value} (a {value - composite_rest(value)}- and a "
                     f"{composite_rest(value)}-row block) is for "
                     f"{' and '.join(map(repr, _COMPOSITE_VARIANTS))} without split-K only"
+                )
+            continue
+        if key == "BLOCK_N" and value in COMPOSITE_BLOCK_NS:
+            if variant != "tma" or knobs["BLOCK_M"] in COMPOSITE_BLOCK_MS:
+                return (
+                    f"BLOCK_N={value} (a {value - composite_rest(value)}- and a "
+                    f"{composite_rest(value)}-column block) is for 'tma' with a power-of-two "
+                    f"BLOCK_M only"
                 )
             continue
         if value < 16 or value & (value - 1):
