@@ -535,6 +535,64 @@ def test_session_measures_each_missing_baseline_once() -> None:
     assert [r.template for r in measurer.requests].count("toy.library") == 2
 
 
+def test_confirmation_retimes_the_library_beside_the_winner() -> None:
+    # The library was fast when first measured (a cool GPU, say) and is slower when the
+    # winner is confirmed: the Baseline the lookup compares with is the one timed in the same
+    # rounds as the confirmation, so it is the library's re-timed median that decides.
+    store = MemoryScheduleStore()
+    budget = Budget(max_trials=100, max_secs=60)
+    job_id = new_job(store, budget)
+    keys = {"workload_key": WORKLOAD.key, "target_key": TARGET.target_key}
+    old = MeasureRecord(
+        MeasureRequest(WORKLOAD, TARGET, "toy.library", 1, Config({"threads": 1})),
+        MeasureResult(MeasureStatus.OK, repeat_secs=(1e-6,)),
+    )
+    store.commit_baseline(old)
+    replay = ReplayMeasurer(history(small_space()))
+    order: list[str] = []
+
+    class Confirming(Measurer):
+        tuning = True
+
+        def submit(self, request: MeasureRequest) -> Future[MeasureResult]:
+            if self.tuning and request in replay:
+                return replay.submit(request)
+            secs = 1.0 if request.template == "toy.library" else secs_of(request.config)
+            future: Future[MeasureResult] = Future()
+            if self.tuning:  # the job's start: the library on 2 threads, never measured
+                future.set_result(MeasureResult(MeasureStatus.OK, repeat_secs=(secs,)))
+                return future
+            order.append(request.template)
+            future.set_result(MeasureResult(MeasureStatus.OK, repeat_secs=(secs * len(order),)))
+            return future
+
+    measurer = Confirming()
+
+    def done_tuning(_: object) -> None:
+        if len(store.job_records(job_id)) == len(small_space()):
+            measurer.tuning = False
+
+    session = make_session(
+        store,
+        budget,
+        job_id,
+        measurer=measurer,
+        confirm_top=2,
+        baseline=ToyLibrary(),
+        on_progress=done_tuning,
+    )
+    result = session.run()
+    assert result.confirmation is not None and result.confirmation.rounds == 3
+    # Each round: the two top configs, then the library (one config: both run on 1 thread).
+    assert order == ["toy.gemm", "toy.gemm", "toy.library"] * 3
+    stored = store.get_baseline(**keys, template="toy.library", config=Config({"threads": 1}))
+    assert stored is not None and stored.uid != old.uid
+    assert stored.result.repeat_secs == (3.0, 6.0, 9.0)  # one median a round
+    assert stored.result.environment["confirmation_rounds"] == 3
+    # What the lookup compares: the re-timed library is the slower now.
+    assert stored.median_secs == 6.0 > result.confirmation.median_secs
+
+
 def test_config_equality_tells_bools_from_ints() -> None:
     assert Config({"x": True}) != Config({"x": 1})
     assert Config({"x": True}).key != Config({"x": 1}).key

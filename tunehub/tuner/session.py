@@ -217,6 +217,47 @@ class Session:
                 log.warning("baseline %s failed: %s", baseline.name, record.result.error)
         return records
 
+    def _library_requests(self, top: Sequence[MeasureRecord]) -> list[MeasureRequest]:
+        """The baseline library's requests the confirmation re-times beside ``top``: the
+        library config each top config is compared with, once each."""
+        baseline = self.baseline
+        if baseline is None or baseline.capabilities(self.target).problem(
+            baseline.name, self.workload, self.target
+        ):
+            return []
+        configs: dict[str, Config] = {}
+        for record in top:
+            config = self.template.baseline_config(record.config, self.workload, self.target)
+            configs.setdefault(config.key, config)
+        return [self.request(config, baseline) for config in configs.values()]
+
+    def _store_library_rounds(
+        self,
+        rounds: Sequence[tuple[MeasureRequest, Future[MeasureResult]]],
+        group: Sequence[Future[MeasureResult]],
+    ) -> bool:
+        """Store each library config re-timed in every round as its Baseline (one that
+        failed a round keeps the Baseline it had). False if the session was stopped."""
+        results: dict[str, list[MeasureResult]] = {}
+        requests: dict[str, MeasureRequest] = {}
+        for request, future in rounds:
+            result = self._result(future, group)
+            if result.status is MeasureStatus.CANCELLED or self.should_stop():
+                return False
+            requests[request.config.key] = request
+            results.setdefault(request.config.key, []).append(result)
+        for key, found in results.items():
+            if len(found) != self.confirm_rounds or any(
+                r.status is not MeasureStatus.OK for r in found
+            ):
+                log.warning("baseline %s not re-timed: a round failed", requests[key].config)
+                continue
+            record = MeasureRecord(requests[key], _library_round_result(found))
+            self.store.commit_baseline(record)
+            log.info("baseline %s re-timed beside the confirmation: median %.6gs",
+                     requests[key].config, record.median_secs)  # fmt: skip
+        return True
+
     def _result(
         self, future: Future[MeasureResult], group: Sequence[Future[MeasureResult]]
     ) -> MeasureResult:
@@ -449,24 +490,33 @@ class Session:
         return ranked[: self.confirm_top]
 
     def confirm(self) -> Confirmation | None:
-        """Re-time the top configs in interleaved rounds (A B C A B C …) and make the fastest
-        of them, by the median of its round medians, the Schedule with that confirmation.
+        """Re-time the top configs in interleaved rounds (A B C L A B C L …) and make the
+        fastest of them, by the median of its round medians, the Schedule with that
+        confirmation.
 
-        A candidate that fails in any round drops out; its failure is stored as a record (it
-        says something about the config). None if nothing could be confirmed or the session
-        was stopped meanwhile.
+        The baseline library (L: its config for the top configs, e.g. cuBLAS, or OpenBLAS on
+        their thread counts) is re-timed in the same rounds and stored as the Baseline, so
+        that the lookup's "use the library" compares two times taken side by side, not the
+        winner's with a library time from the job's start (a GPU's clocks drift between
+        them by more than the two differ). A candidate that fails in any round drops out; its
+        failure is stored as a record (it says something about the config). None if nothing
+        could be confirmed or the session was stopped meanwhile.
         """
         if self.confirm_top <= 0:
             return None
         top = self.top_records()
         if not top:
             return None
+        library = self._library_requests(top)
         submitted: list[tuple[MeasureRecord, Future[MeasureResult]]] = []
+        library_rounds: list[tuple[MeasureRequest, Future[MeasureResult]]] = []
         for _ in range(self.confirm_rounds):
             for record in top:
                 request = self.request(record.config)
                 submitted.append((record, self.measurer.submit(request)))
-        futures = [f for _, f in submitted]
+            for request in library:
+                library_rounds.append((request, self.measurer.submit(request)))
+        futures = [f for _, f in submitted] + [f for _, f in library_rounds]
         medians: dict[str, list[float]] = {r.uid: [] for r in top}
         dropped: set[str] = set()
         for record, future in submitted:
@@ -495,6 +545,8 @@ class Session:
             if uid not in dropped and len(times) == self.confirm_rounds
         }
         if not confirmed:
+            return None
+        if not self._store_library_rounds(library_rounds, futures):
             return None
         winner = min(confirmed, key=lambda uid: confirmed[uid])
         times = medians[winner]
@@ -525,6 +577,21 @@ class Session:
             100 * confirmation.spread,
         )
         return confirmation
+
+
+def _library_round_result(results: list[MeasureResult]) -> MeasureResult:
+    """One Baseline measurement of a library re-timed in the confirmation's rounds: each
+    round's median as a repeat, so its median is the median of the round medians (the
+    confirmation's own statistic)."""
+    last = results[-1]
+    return MeasureResult(
+        MeasureStatus.OK,
+        repeat_secs=tuple(r.median_secs for r in results if r.median_secs is not None),
+        compile_secs=last.compile_secs,
+        verify_secs=last.verify_secs,
+        run_secs=sum(r.run_secs or 0.0 for r in results),
+        environment={**last.environment, "confirmation_rounds": len(results)},
+    )
 
 
 def session_for_job(
