@@ -269,6 +269,11 @@ def global_model_figures(datasets: list[ReplayDataset]) -> dict[str, dict[str, f
         predicted = model.predict(group.workload, group.target, group.configs)
         rho = float(spearmanr(predicted, measured).statistic)
         winners = nearest_winners(train, req.workload)
+        # The analytical default, when the dataset measured it (the collectors measure every
+        # seed config): the pick has to beat it to be worth a model. The pick weighs it as
+        # the lookup does.
+        template = template_of(dataset)
+        default = template.default_config(req.workload, req.target) if template else None
         pick = pick_config(
             model,
             req.workload,
@@ -276,14 +281,11 @@ def global_model_figures(datasets: list[ReplayDataset]) -> dict[str, dict[str, f
             list(space.points),
             winners,
             consensus=model.features.consensus,
+            default=default,
         )
         measured_gflops = dataset.gflops()
         gflops = measured_gflops[pick.config.key]
         best = dataset.best.gflops or 1.0
-        # The analytical default, when the dataset measured it (the collectors measure every
-        # seed config): the pick has to beat it to be worth a model.
-        template = template_of(dataset)
-        default = template.default_config(req.workload, req.target) if template else None
         default_gflops = measured_gflops.get(default.key, math.nan) if default else math.nan
         secs = pick.predicted_secs
         out[dataset.name] = {

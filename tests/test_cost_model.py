@@ -179,3 +179,20 @@ def test_pick_config_prefers_a_neighbour_winner_the_model_scores_as_high(
     scores = model.predict(req.workload, req.target, points)
     top = pick_config(model, req.workload, req.target, points, consensus=1)
     assert top.config == points[max(range(len(points)), key=lambda i: scores[i])]
+    # the template's default is taken where the model scores it at least as high as the
+    # consensus's medoid, and not where it scores it lower
+    ranked = sorted(range(len(points)), key=lambda i: -scores[i])
+    above = next(points[i] for i in ranked if scores[i] >= pick.score and points[i] != pick.config)
+    below = points[ranked[-1]]
+    assert (
+        pick_config(
+            model, req.workload, req.target, points, consensus=consensus, default=above
+        ).config
+        == above
+    )
+    assert (
+        pick_config(
+            model, req.workload, req.target, points, consensus=consensus, default=below
+        ).config
+        == pick.config
+    )

@@ -50,6 +50,7 @@ def pick_config(
     winners: Sequence[Config] = (),
     *,
     consensus: int,
+    default: Config | None = None,
 ) -> Pick:
     """The model's zero-trial choice among ``points``: the medoid of the ``consensus``
     best-scored points (the feature set's, see features.FeatureSet: where a model overrates
@@ -57,7 +58,9 @@ def pick_config(
     the region it likes is the safer bet; 1 is the argmax), then checked against
     ``winners`` (the nearest tuned workloads' best configs that are also points of this
     space): a winner the model scores at least as high is taken instead, since it was
-    measured fast on a similar shape."""
+    measured fast on a similar shape. Last, the template's analytical ``default`` (a point
+    of the space; its seeds were measured good) is taken where the model scores it at least
+    as high as that choice: the medoid of a consensus, or a winner, can score below it."""
     if not points:
         raise ValueError("no points to choose from")
     candidates = list(points)
@@ -72,5 +75,9 @@ def pick_config(
         for config, s in zip(valid_winners, winner_scores, strict=True):
             if s >= score:
                 chosen, score, neighbour = config, float(s), True
+    if default is not None and default.key != chosen.key and default in candidates:
+        (default_score,) = model.predict(workload, target, [default])
+        if default_score >= score:
+            chosen, score, neighbour = default, float(default_score), False
     secs = model.predict_secs(workload, target, [chosen])
     return Pick(chosen, score, secs[0] if secs else None, neighbour)

@@ -227,9 +227,11 @@ class ModelCache:
         points: Callable[[], Sequence[Config]],
         winners: Callable[[], Sequence[Config]] = tuple,
         knob_names: Sequence[str] = (),
+        default: Callable[[], Config | None] = lambda: None,
     ) -> Prediction | None:
         """The latest model's pick for ``workload`` among ``points()`` (called only on a
-        cache miss), checked against ``winners()``; None without a usable model."""
+        cache miss), checked against ``winners()`` and the template's ``default()``; None
+        without a usable model."""
         found = self.latest_model(target, template, template_version, knob_names)
         if found is None:
             return None
@@ -249,6 +251,7 @@ class ModelCache:
                 points(),
                 winners(),
                 consensus=model.features.consensus,
+                default=default(),
             ),
         )
         with self._lock:

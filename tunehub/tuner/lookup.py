@@ -295,6 +295,7 @@ def predict_schedule(
             tmpl.version,
             points=partial(_space_points, tmpl, workload, target),
             winners=partial(neighbours.winners, workload, target, tmpl),
+            default=partial(tmpl.default_config, workload, target),
         )
         if prediction is not None:
             return UntunedAnswer(
