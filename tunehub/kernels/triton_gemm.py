@@ -50,8 +50,8 @@ from tunehub.kernels import triton_gemm_limits as limits
 from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 
-# 192: a composite tile (a 128- and a 64-row block, ``tiled`` without split-K only), for
-# shapes whose power-of-two tiles leave SMs idle (triton_gemm_limits.COMPOSITE_BLOCK_MS).
+# 192: a composite tile (a 128- and a 64-row block, ``tiled`` and ``tma`` without split-K),
+# for shapes whose power-of-two tiles leave SMs idle (triton_gemm_limits.COMPOSITE_BLOCK_MS).
 BLOCK_MS = (16, 32, 64, 128, 192, 256)
 # 80: a composite tile edge (a 64- and a 16-column block, ``tma`` only), for skinny products
 # whose power-of-two tiles leave SMs idle (triton_gemm_limits.COMPOSITE_BLOCK_NS).
