@@ -176,7 +176,9 @@ def test_a_killed_actor_s_requests_are_measured_by_another_and_the_job_goes_on(
     check_records(store, job_id, "test.pipeline", 24)
     statuses = {r.status for r in store.job_records(job_id)}
     assert statuses == {MeasureStatus.OK}, "a lost actor cost a config its verdict"
-    assert victim.worker_id not in {w.worker_id for w in ray_workers(store)}
+    # The runner's discovery (every 0.5 s) retires the dead actor's worker; on a loaded
+    # machine the job can finish first, so wait for it rather than race it.
+    wait_for(lambda: victim.worker_id not in {w.worker_id for w in ray_workers(store)}, timeout=30)
 
 
 def test_a_lost_node_s_requests_are_measured_on_the_other_node_and_the_job_goes_on(
