@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import sys
 import time
 from datetime import UTC, datetime
@@ -38,7 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from gpu_splitk import Contender, run_shape  # noqa: E402
+from gpu_splitk import Contender, report_head, run_shape  # noqa: E402
 
 from tunehub.kernels.triton_gemm_kernels import _descriptor, _tile_coords  # noqa: E402
 
@@ -297,22 +295,12 @@ def main() -> int:
             print("x".join(map(str, shape)), *(name(Contender("", c)) for c in configs), sep="\n  ")
         return 0
     import torch
-    from cpu_gemm import git_commit
-
-    from tunehub.kernels.gpu_timing import gpu_environment
 
     start = time.monotonic()
     device = torch.device("cuda", torch.cuda.current_device())
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    report: dict[str, Any] = {
-        "benchmark": "gpu_skinny",
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "commit": os.environ.get("TUNEHUB_COMMIT") or git_commit(),
-        "environment": gpu_environment(device),
-        "host": platform.node(),
-        "timing": {"rounds": args.rounds, "min_secs_per_round": args.min_secs},
-        "cases": [],
-    }
+    report = report_head("gpu_skinny", device, args.rounds, args.min_secs)
+    report["cases"] = []
     for (m, n, k, dtype), configs in plan.items():
         contenders = [Contender("probe", c) for c in configs] + [Contender("cuBLAS", None)]
         run_shape((m, n, k), contenders, rounds=args.rounds, min_secs=args.min_secs, sms=sms,

@@ -165,18 +165,26 @@ def plan(
 
 
 def precompile(
-    planned: list[tuple[tuple[int, int, int], list[Contender]]],
+    planned: list[tuple[tuple[Any, ...], list[Contender]]],
     capability: int,
     sms: int,
     workers: int,
+    *,
+    skip: Any = None,
 ) -> dict[str, Any]:
+    """Compile the template configs of every contender of ``planned`` (shapes (M, N, K) in
+    float16, or (M, N, K, dtype)) in a pool of GPU-less processes; a contender whose build
+    fails is marked not ok, the others get their registers and stack. ``skip(contender)``
+    leaves one out (a probe's own kernel, compiled at its first call)."""
     import triton_kernel_check as check
 
     specs, owners = [], []
-    for (m, n, k), contenders in planned:
+    for shape, contenders in planned:
+        m, n, k, *rest = shape
+        dtype = rest[0] if rest else "float16"
         for c in contenders:
-            if c.config is not None:
-                specs.append(check.job("splitk", c.config, m, n, k, "float16", "none"))
+            if c.config is not None and not (skip and skip(c)):
+                specs.append(check.job("probe", c.config, m, n, k, dtype, "none"))
                 owners.append(c)
     built, secs = check.precompile_all(specs, capability, sms, workers)
     for c, b in zip(owners, built, strict=True):
@@ -259,6 +267,22 @@ def run_shape(
         c.extra["counters_zero"] = not bool(bound.counts.any())
         if not (c.extra["repeatable"] and c.extra["counters_zero"]):
             c.ok, c.note = False, f"not repeatable or counters left set: {c.extra}"
+
+
+def report_head(benchmark: str, device: Any, rounds: int, min_secs: float) -> dict[str, Any]:
+    """The fields every probe's JSON starts with: what ran, where, at which commit."""
+    from cpu_gemm import git_commit
+
+    from tunehub.kernels.gpu_timing import gpu_environment
+
+    return {
+        "benchmark": benchmark,
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "commit": os.environ.get("TUNEHUB_COMMIT") or git_commit(),
+        "environment": gpu_environment(device),
+        "host": platform.node(),
+        "timing": {"rounds": rounds, "min_secs_per_round": min_secs},
+    }
 
 
 def best(contenders: list[Contender], role: str) -> Contender | None:
@@ -358,9 +382,6 @@ def main() -> int:
         return 1 if bad else 0
 
     import torch
-    from cpu_gemm import git_commit
-
-    from tunehub.kernels.gpu_timing import gpu_environment
 
     if args.interpret:
         device = torch.device("cpu")
@@ -368,14 +389,7 @@ def main() -> int:
         device = torch.device("cuda", torch.cuda.current_device())
         sms = torch.cuda.get_device_properties(device).multi_processor_count
     planned = plan(shapes, sms, args.interpret)  # type: ignore[arg-type]
-    report: dict[str, Any] = {
-        "benchmark": "gpu_splitk",
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "commit": os.environ.get("TUNEHUB_COMMIT") or git_commit(),
-        "environment": gpu_environment(device),
-        "host": platform.node(),
-        "timing": {"rounds": args.rounds, "min_secs_per_round": args.min_secs},
-    }
+    report = report_head("gpu_splitk", device, args.rounds, args.min_secs)
     if not args.interpret:
         major, minor = torch.cuda.get_device_capability(device)
         report["precompile"] = precompile(planned, major * 10 + minor, sms, args.workers)

@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import time
 from datetime import UTC, datetime
@@ -30,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from gpu_splitk import Contender, run_shape  # noqa: E402
+from gpu_splitk import Contender, precompile, report_head, run_shape  # noqa: E402
 
 SHAPES = ["3000x1000x4000:float16", "1536x1536x1536:bfloat16", "1024x1024x1024:float16",
           "4096x4096x4096:float16", "2048x2048x2048:float16"]  # fmt: skip
@@ -122,36 +121,14 @@ def main() -> int:
 
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="tunehub-tiles-"))
     import torch
-    import triton_kernel_check as check
-    from cpu_gemm import git_commit
-
-    from tunehub.kernels.gpu_timing import gpu_environment
 
     device = torch.device("cuda", torch.cuda.current_device())
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    specs, owners = [], []
-    for (m, n, k, dtype), contenders in planned:
-        for c in contenders:
-            if c.config is not None:
-                specs.append(check.job("tiles", c.config, m, n, k, dtype, "none"))
-                owners.append(c)
     major, minor = torch.cuda.get_device_capability(device)
-    built, secs = check.precompile_all(specs, major * 10 + minor, sms, args.workers)
-    for c, b in zip(owners, built, strict=True):
-        if not b["ok"]:
-            c.ok, c.note = False, f"build: {b['error'][-300:]}"
-        else:
-            c.extra.update(registers=b.get("registers"), stack=b.get("stack"))
-    print(f"# precompiled {len(specs)} kernels in {secs:.0f} s", flush=True)
-    report: dict[str, Any] = {
-        "benchmark": "gpu_tiles",
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "commit": os.environ.get("TUNEHUB_COMMIT") or git_commit(),
-        "environment": gpu_environment(device),
-        "host": platform.node(),
-        "timing": {"rounds": args.rounds, "min_secs_per_round": args.min_secs},
-        "cases": [],
-    }
+    built = precompile(planned, major * 10 + minor, sms, args.workers)
+    print(f"# precompiled {built}", flush=True)
+    report = report_head("gpu_tiles", device, args.rounds, args.min_secs)
+    report["cases"] = []
     for (m, n, k, dtype), contenders in planned:
         if time.monotonic() - start > args.budget_secs:
             print(f"# {m}x{n}x{k}: skipped, past --budget-secs", flush=True)
