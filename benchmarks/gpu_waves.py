@@ -26,10 +26,9 @@ import json
 import math
 import os
 import platform
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
+
+from cpu_gemm import git_commit  # noqa: E402
+from gpu_splitk import Contender as ProbeContender  # noqa: E402
+from gpu_splitk import precompile, run_shape  # noqa: E402
 
 H100_SMS = 132
 
@@ -183,21 +186,15 @@ def h100_target(sms: int) -> Any:
 
 
 @dataclass
-class Contender:
-    config: dict[str, Any] | None  # None: cuBLAS
+class Contender(ProbeContender):
+    """A ``gpu_splitk`` contender (role: "waves" or "cuBLAS") that knows whether it is the
+    search's pick."""
+
     picked: bool = False  # the search's pick
-    round_secs: list[float] = field(default_factory=list)
-    relative_error: float | None = None
-    ok: bool = True
-    note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return describe(self.config) if self.config else "cuBLAS"
-
-    def secs(self) -> float:
-        return statistics.median(self.round_secs) if self.round_secs else math.inf
 
 
 def plan(interpret: bool) -> list[tuple[tuple[int, int, int, str], list[Contender]]]:
@@ -205,28 +202,11 @@ def plan(interpret: bool) -> list[tuple[tuple[int, int, int, str], list[Contende
     return [
         (
             shape,
-            [Contender(config(s), picked=i == 0) for i, s in enumerate(specs)] + [Contender(None)],
+            [Contender("waves", config(s), picked=i == 0) for i, s in enumerate(specs)]
+            + [Contender("cuBLAS", None)],
         )
         for shape, specs in cases
     ]
-
-
-def precompile(planned: list[Any], capability: int, sms: int, workers: int) -> dict[str, Any]:
-    import triton_kernel_check as check
-
-    specs, owners = [], []
-    for (m, n, k, dtype), contenders in planned:
-        for c in contenders:
-            if c.config is not None:
-                specs.append(check.job("waves", c.config, m, n, k, dtype, "none"))
-                owners.append(c)
-    built, secs = check.precompile_all(specs, capability, sms, workers)
-    for c, b in zip(owners, built, strict=True):
-        if not b["ok"]:
-            c.ok, c.note = False, f"build: {b['error'][-300:]}"
-        else:
-            c.extra.update(registers=b.get("registers"), stack=b.get("stack"))
-    return {"problems": len(specs), "wall_secs": secs, "workers": workers}
 
 
 def run_case(
@@ -238,78 +218,21 @@ def run_case(
     sms: int,
     device: Any,
 ) -> None:
+    """``gpu_splitk.run_shape`` (check, then alternating rounds), then the names of the
+    kernels cuBLAS launched for the shape."""
+    m, n, k, dtype = shape
+    run_shape((m, n, k), list(contenders), rounds=rounds, min_secs=min_secs, sms=sms,
+              device=device, dtype=dtype)  # fmt: skip
+    lib = next((c for c in contenders if c.config is None and c.ok), None)
+    if lib is None or device.type != "cuda":
+        return
     import torch
 
     from tunehub.core import Workload
     from tunehub.kernels import gpu_reference as ref
-    from tunehub.kernels import triton_gemm_kernels as kernels
-    from tunehub.kernels.gpu_timing import time_gpu
 
-    m, n, k, dtype = shape
-    workload = Workload(m=m, n=n, k=k, dtype=dtype, b_layout="col_major")
-    ops = ref.operands(workload, device, seed=4321)
-    expected = ref.reference(ops, workload.epilogue)
-    calls = []
-    for c in contenders:
-        if not c.ok:
-            continue
-        out = torch.full_like(ops.out, math.nan)
-        try:
-            if c.config is None:
-
-                def call(out: Any = out) -> Any:
-                    return torch.matmul(ops.a, ops.b, out=out)
-
-                bound = None
-            else:
-                bound = kernels.bind(ops.a, ops.b, None, out, config=c.config, num_sms=sms)
-                call = bound
-            call()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-        except Exception as exc:  # a contender's failure is data here
-            c.ok, c.note = False, f"{type(exc).__name__}: {str(exc)[-300:]}"
-            continue
-        checked = ref.check(out, expected, workload)
-        c.relative_error = checked.relative_error
-        if not checked.ok:
-            c.ok, c.note = False, checked.message
-            continue
-        calls.append((c, call, bound, out.clone(), out))
-    lib = next((entry for entry in calls if entry[0].config is None), None)
-    if lib is not None and device.type == "cuda":
-        lib[0].extra["kernels"] = library_kernels(lib[1], device)
-    for _ in range(rounds):
-        for c, call, *_rest in calls:
-            timed = time_gpu(call, min_secs=min_secs, max_repeats=200, device=device)
-            c.round_secs.append(statistics.median(timed.repeat_secs))
-            c.extra["graph"] = timed.graph
-    for c, _call, bound, first, out in calls:
-        if bound is None or bound.counts is None:
-            continue
-        # After every timed replay: the same bits as the first call, counters at zero.
-        c.extra["repeatable"] = bool(torch.equal(out, first))
-        c.extra["counters_zero"] = not bool(bound.counts.any())
-        if not (c.extra["repeatable"] and c.extra["counters_zero"]):
-            c.ok, c.note = False, f"not repeatable or counters left set: {c.extra}"
-
-
-def git_commit() -> str:
-    """The checkout's commit, ``+dirty`` with local changes ("unknown" without git)."""
-    import subprocess
-
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if head and dirty else "")
+    ops = ref.operands(Workload(m=m, n=n, k=k, dtype=dtype, b_layout="col_major"), device, 4321)
+    lib.extra["kernels"] = library_kernels(lambda: torch.matmul(ops.a, ops.b, out=ops.out), device)
 
 
 def library_kernels(call: Any, device: Any) -> list[str]:
