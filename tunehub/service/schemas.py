@@ -341,7 +341,9 @@ class ScheduleOut(BaseModel):
     source: Literal["exact", "family", "predicted", "default"] = Field(
         description="`exact`: tuned on this target; `family`: tuned on another target of the "
         "same CPU model and ISA; `predicted`: nobody tuned this workload, the config is the "
-        "global cost model's first pick (see `model_version`, `predicted_median_secs`); "
+        "global cost model's first pick, or the nearest tuned shapes' winner or the analytical "
+        "default where the model rates it at least as high (see `model_version`, "
+        "`predicted_median_secs`); "
         "`default`: no model yet, the template's analytical default."
     )
     record_id: str | None = Field(
