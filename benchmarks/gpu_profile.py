@@ -29,7 +29,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -476,67 +475,12 @@ def ncu_child(shape: tuple[int, int, int], num_sms: int) -> None:
 
 
 def run_ncu(shape: tuple[int, int, int], out_dir: Path) -> None:
-    ncu = "ncu"
-    for cand in ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/2025.3.1/ncu"):
-        if Path(cand).exists():
-            ncu = cand
+    import ncu
+
     m, n, k = shape
-    sections = [
-        "SpeedOfLight",
-        "LaunchStats",
-        "Occupancy",
-        "MemoryWorkloadAnalysis",
-        "InstructionStats",
-        "WarpStateStats",
-        "SchedulerStats",
-    ]
-    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv",
-           "--page", "details", "-k", "regex:_gemm_|triton_|_const_|_host_tma"]  # fmt: skip
-    for s in sections:
-        cmd += ["--section", s]
-    cmd += [sys.executable, __file__, "--ncu-child", f"{m}x{n}x{k}"]
-    start = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-    (out_dir / "ncu.csv").write_text(done.stdout)
-    (out_dir / "ncu.err").write_text(done.stderr[-20000:])
-    print(f"ncu rc={done.returncode} in {time.monotonic() - start:.0f} s, "
-          f"{len(done.stdout.splitlines())} CSV lines")  # fmt: skip
-    summarize_ncu(done.stdout)
-
-
-def summarize_ncu(text: str) -> None:
-    import csv
-    import io
-
-    want = (
-        "Duration",
-        "Registers Per Thread",
-        "Dynamic Shared Memory Per Block",
-        "Static Shared Memory Per Block",
-        "Achieved Occupancy",
-        "Theoretical Occupancy",
-        "Executed Instructions",
-        "Memory Throughput",
-        "Compute (SM) Throughput",
-        "DRAM Throughput",
-        "L2 Hit Rate",
-        "Grid Size",
-        "Block Size",
-        "Warp Cycles Per Issued Instruction",
-    )
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    if not lines:
-        return
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    by_kernel: dict[tuple[str, str], dict[str, str]] = {}
-    for r in rows:
-        key = (r.get("ID", ""), r.get("Kernel Name", "")[:40])
-        if r.get("Metric Name") in want:
-            by_kernel.setdefault(key, {})[r["Metric Name"]] = (
-                f"{r.get('Metric Value', '')} {r.get('Metric Unit', '')}".strip()
-            )
-    for (ident, name), metrics in by_kernel.items():
-        print(f"ncu {ident} {name}: " + "; ".join(f"{k}={v}" for k, v in metrics.items()))
+    sections = (*ncu.SECTIONS[:-2], "InstructionStats", *ncu.SECTIONS[-2:])
+    ncu.profile(__file__, ["--ncu-child", f"{m}x{n}x{k}"], "_gemm_|triton_|_const_|_host_tma",
+                out_dir / "ncu.csv", sections=sections, timeout=240)  # fmt: skip
 
 
 def main() -> None:

@@ -6,6 +6,7 @@
 #   bash benchmarks/gpu_run.sh waves                  # wave-quantised shapes: configs past the space
 #   bash benchmarks/gpu_run.sh streamk                # stream-K probe: timings, Nsight Compute
 #   bash benchmarks/gpu_run.sh tiles check_variant    # chosen configs vs cuBLAS; VARIANT's checks
+#   bash benchmarks/gpu_run.sh atomic                 # split-K by fp32 atomics: probe timings
 #   bash benchmarks/gpu_run.sh bench "4096x4096x4096 16x4096x4096" [trials]
 #   bash benchmarks/gpu_run.sh dataset "square_4096 odd_1000x3000x777" [deadline secs]
 #     (DATASET_ARGS="--configs 500" to sample fewer configs a workload)
@@ -105,6 +106,18 @@ step_tiles() {
   echo "gpu_tiles rc=${PIPESTATUS[0]}"
 }
 
+step_atomic() {
+  # Split-K whose partials meet by fp32 atomics (benchmarks/gpu_atomic.py, its own kernels),
+  # beside the template's split-K, its pick and cuBLAS on the long-K shapes; then Nsight
+  # Compute on 256x256x65536.
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+  timeout 330 python3 benchmarks/gpu_atomic.py \
+    --out "$OUT/gpu_atomic-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/atomic.log"
+  echo "gpu_atomic rc=${PIPESTATUS[0]}"
+  timeout 200 python3 benchmarks/gpu_atomic.py \
+    --ncu "$OUT/gpu_atomic_ncu-$(date -u +%Y%m%dT%H%M%S).csv" | tee -a "$OUT/atomic.log"
+}
+
 step_check_variant() {
   # One variant's part of the check matrix (VARIANT=tma ...), with check's hang guard.
   local v="${VARIANT:-tma}"
@@ -134,7 +147,7 @@ step_dataset() {
 }
 
 case "${1:-}" in
-  smoke|service|check|check_variant|splitk|waves|streamk|tiles) for s in "$@"; do "step_$s"; done ;;
+  smoke|service|check|check_variant|splitk|waves|streamk|tiles|atomic) for s in "$@"; do "step_$s"; done ;;
   bench) step_bench "$2" "${3:-64}" ;;
   dataset) step_dataset "$2" "${3:-420}" ;;
   *) sed -n 2,8p "$0"; exit 2 ;;

@@ -210,7 +210,8 @@ def run_shape(
     """Check each contender against a float64 reference, then time them in alternating
     rounds. ``binder(a, b, out, config, sms)`` makes a config's launch (default: the
     template's ``bind``); a launch with ``counts`` (tile counters) is checked to repeat its
-    bits and leave the counters at zero."""
+    bits (unless its ``deterministic`` is False: atomics sum in arrival order) and to leave the
+    counters, and the buffers it lists in ``zeroed``, at zero."""
     import torch
 
     from tunehub.core import Workload
@@ -262,10 +263,13 @@ def run_shape(
     for c, _call, (bound, first, out) in calls:
         if bound is None or bound.counts is None:
             continue
-        # After every timed replay: the same bits as the first call, counters at zero.
-        c.extra["repeatable"] = bool(torch.equal(out, first))
-        c.extra["counters_zero"] = not bool(bound.counts.any())
-        if not (c.extra["repeatable"] and c.extra["counters_zero"]):
+        # After every timed replay: the same bits as the first call (where the launch sums in
+        # a fixed order), counters and any accumulators it keeps zeroed at zero.
+        exact = getattr(bound, "deterministic", True)
+        c.extra["repeatable"] = bool(torch.equal(out, first)) if exact else None
+        zeroed = [bound.counts, *getattr(bound, "zeroed", ())]
+        c.extra["counters_zero"] = not any(bool(t.any()) for t in zeroed)
+        if not ((c.extra["repeatable"] or not exact) and c.extra["counters_zero"]):
             c.ok, c.note = False, f"not repeatable or counters left set: {c.extra}"
 
 

@@ -300,8 +300,8 @@ NCU_CONFIGS = [
     config("tma", 128, 256, 64, 8, 3) | {"FLATTEN": False},
     config("streamk", 128, 256, 64, 8, 3),
 ]
-NCU_SECTIONS = ["SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis",
-                "WarpStateStats", "SchedulerStats"]  # fmt: skip
+NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis",
+                "WarpStateStats", "SchedulerStats")  # fmt: skip
 
 
 def ncu_child(spec: str) -> None:
@@ -328,52 +328,12 @@ def ncu_child(spec: str) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def summarize_ncu(text: str) -> None:
-    """Print the telling metrics of each profiled launch from ncu's CSV (rows carry fewer
-    fields than the header where no rule fired)."""
-    import csv
-    import io
-
-    rows = list(csv.reader(io.StringIO(text[text.find('"ID"') :])))
-    if not rows:
-        return
-    idx = {h: i for i, h in enumerate(rows[0])}
-    launches: dict[str, dict[str, str]] = {}
-    for r in rows[1:]:
-        if len(r) <= idx["Metric Value"]:
-            continue
-        key = f"{r[idx['ID']]} {r[idx['Kernel Name']]}"
-        launches.setdefault(key, {})[r[idx["Metric Name"]]] = r[idx["Metric Value"]]
-    want = ("Duration", "Registers Per Thread", "Achieved Occupancy", "Throughput",
-            "L2 Hit Rate", "Warp Cycles Per Issued Instruction", "Issued Warp Per Scheduler",
-            "Eligible Warps Per Scheduler", "Dynamic Shared Memory Per Block")  # fmt: skip
-    for key, metrics in launches.items():
-        print(key)
-        for name_, value in metrics.items():
-            if any(w in name_ for w in want):
-                print(f"    {name_:>44} {value}")
-
-
 def run_ncu(spec: str, out_dir: Path) -> int:
-    import subprocess
+    import ncu
 
-    ncu = "ncu"
-    for cand in ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/2025.3.1/ncu"):
-        if Path(cand).exists():
-            ncu = cand
-    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv",
-           "--page", "details", "-k", "regex:_gemm_"]  # fmt: skip
-    for section in NCU_SECTIONS:
-        cmd += ["--section", section]
-    cmd += [sys.executable, __file__, "--ncu-child", spec]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    out_dir.mkdir(parents=True, exist_ok=True)
     tag = spec.replace(":", "-")
-    (out_dir / f"streamk_ncu-{tag}.csv").write_text(done.stdout)
-    if done.returncode:
-        print(done.stderr[-3000:])
-    summarize_ncu(done.stdout)
-    return done.returncode
+    csv_out = out_dir / f"streamk_ncu-{tag}.csv"
+    return ncu.profile(__file__, ["--ncu-child", spec], "_gemm_", csv_out, sections=NCU_SECTIONS)
 
 
 def name(c: Contender) -> str:
@@ -404,7 +364,9 @@ def main() -> int:
     if args.ncu:
         return run_ncu(args.ncu, args.out_dir)
     if args.ncu_summary:
-        summarize_ncu(args.ncu_summary.read_text())
+        import ncu
+
+        ncu.summarize(args.ncu_summary.read_text())
         return 0
     start = time.monotonic()
     if args.dry_run:
