@@ -176,6 +176,7 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         "ws": cfg("ws", 128, 64, 32, 4, 3, group_m=4),
         # 7 K tiles of 32 over 3 splits: 3, 3 and a ragged 1.
         "splitk": cfg("splitk", 64, 64, 32, 4, 3, split_k=3, group_m=4),
+        "splitk_atomic": cfg("splitk_atomic", 64, 64, 32, 4, 3, split_k=3, group_m=4),
     }
     # Every variant x dtype x epilogue x layout on a shape that suits TMA (16-byte leading
     # dimensions for every dtype) yet has partial tiles in M, N and K.
@@ -194,7 +195,7 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
     # Odd sizes for the pointer variants (no % 16 specialisation, ragged K): every dtype x
     # layout, epilogues rotated.
     for i, ((dtype, tf32), layouts) in enumerate(_product(dtypes, layout_pairs)):
-        for variant in ("tiled", "persistent", "splitk"):
+        for variant in ("tiled", "persistent", "splitk", "splitk_atomic"):
             epilogue = tg.EPILOGUES[i % 4]
             jobs.append(job("odd", configs[variant], 257, 333, 211, dtype, epilogue, layouts, tf32))
     # Edge shapes and bigger tiles.
@@ -219,6 +220,15 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         (cfg("splitk", 64, 64, 64, 4, 3, split_k=7), 64, 64, 200),
         (cfg("splitk", 64, 128, 64, 4, 4, split_k=2), 1000, 3000, 777),
         (cfg("splitk", 128, 128, 64, 8, 4, split_k=16), 128, 128, 32768),
+        # Split-K by atomics: the seeded tiles, uneven and empty splits, 128-row tiles (whose
+        # loads and stores map threads differently), an 8-warp tile, many tiles.
+        (cfg("splitk_atomic", 64, 64, 128, 4, 6, split_k=8), 256, 256, 65536),
+        (cfg("splitk_atomic", 64, 128, 128, 4, 4, split_k=4), 512, 512, 16384),
+        (cfg("splitk_atomic", 32, 64, 128, 4, 4, split_k=5), 100, 300, 1000),
+        (cfg("splitk_atomic", 64, 64, 64, 4, 3, split_k=7), 64, 64, 200),
+        (cfg("splitk_atomic", 64, 128, 64, 4, 4, split_k=2), 1000, 3000, 777),
+        (cfg("splitk_atomic", 128, 128, 128, 8, 3, split_k=32), 256, 256, 65536),
+        (cfg("splitk_atomic", 128, 64, 128, 4, 4, split_k=16), 128, 128, 32768),
         (cfg("persistent", 128, 128, 64, 4, 4, FLATTEN=True), 300, 500, 400),
         (cfg("tma", 128, 128, 64, 8, 4, FLATTEN=False), 304, 496, 400),
         # Composite tiles: the seeded 192x128 on the shapes it is for, rows that divide (the
@@ -548,17 +558,23 @@ def run_correctness(
             if err > tol:
                 row["nan_frac"] = float(torch.isnan(out.float()).float().mean())
             if bound.counts is not None:
-                # The one-kernel split-K: its tile counters must be back at zero (the next
-                # call's correctness depends on it) and a second call must give the same bits.
+                # The one-kernel split-Ks: their tile counters (and the atomic one's sum) must
+                # be back at zero, as the next call's correctness depends on it; a second call
+                # must be right again, and give the same bits where the sum has a fixed order.
                 first = out.clone()
                 out.fill_(float("nan"))
                 bound()
                 torch.cuda.synchronize()
+                again = tg.relative_error(out, tg.reference(a, b, bias, spec["epilogue"]))
+                atomic = spec["config"]["variant"] == "splitk_atomic"
                 row.update(
                     repeatable=bool(torch.equal(out, first)),
-                    counters_zero=not bool(bound.counts.any()),
+                    counters_zero=not bool(bound.counts.any())
+                    and not (atomic and bool(bound.workspace.any())),
+                    second_err=float(f"{again:.3g}"),
                 )
-                if not (row["repeatable"] and row["counters_zero"]):
+                exact = row["repeatable"] or atomic
+                if not (exact and row["counters_zero"] and again <= tol):
                     row["status"] = "wrong_answer"
         except Exception as exc:
             row.update(status="runtime_error", error=f"{type(exc).__name__}: {str(exc)[-400:]}")

@@ -88,7 +88,7 @@ def test_triton_features_count_tiles_waves_and_shared_memory() -> None:
 
 def test_triton_features_tell_one_kernel_split_k_from_two() -> None:
     fs = feature_set("triton.gemm")
-    assert fs.version == 4
+    assert fs.version == 5
     workload = Workload(m=250, n=250, k=65536, dtype="float16")
     base = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4,
             "num_stages": 5}  # fmt: skip
@@ -96,18 +96,22 @@ def test_triton_features_tell_one_kernel_split_k_from_two() -> None:
         Config({**base, "variant": "tiled", "SPLIT_K": 8}),
         Config({**base, "variant": "splitk", "SPLIT_K": 8}),
         Config({**base, "variant": "tiled", "SPLIT_K": 1}),
+        Config({**base, "variant": "splitk_atomic", "SPLIT_K": 8}),
     ]
     x = fs.matrix(workload, H100, configs)
     col = {name: x[:, i] for i, name in enumerate(fs.names)}
-    assert col["variant_splitk"].tolist() == [0.0, 1.0, 0.0]
-    # The two-kernel split adds its reduce launch; the one-kernel split reduces in its own.
-    assert col["kernel_launches"].tolist() == [2.0, 1.0, 1.0]
+    assert col["variant_splitk"].tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert col["variant_splitk_atomic"].tolist() == [0.0, 0.0, 0.0, 1.0]
+    # The two-kernel split adds its reduce launch; the one-kernel splits reduce in their own.
+    assert col["kernel_launches"].tolist() == [2.0, 1.0, 1.0, 1.0]
     # Both write 8 fp32 partials and read them back: the two-kernel split's workspace is
     # M x N, the one-kernel split's slots are whole tiles (250 padded to 256).
     flops = 2.0 * 250 * 250 * 65536
     assert col["split_k_bytes_per_flop"][1] == pytest.approx(8 * 256 * 256 * 8 / flops)
     assert col["split_k_bytes_per_flop"][0] == pytest.approx(8 * 250 * 250 * 8 / flops)
     assert col["split_k_bytes_per_flop"][2] == 0.0
+    # The atomic split adds 8 partials into one C in L2, then reads and zeroes it once.
+    assert col["split_k_bytes_per_flop"][3] == pytest.approx(10 * 250 * 250 * 4 / flops)
 
 
 def test_a_template_without_features_gets_generic_ones() -> None:

@@ -137,6 +137,26 @@ def test_matmul_runs_the_library_where_the_lookup_says_it_is_faster() -> None:
     assert CALLS == {"library": 1}
 
 
+def test_deterministic_mode_takes_no_kernel_summed_by_atomics() -> None:
+    a, b = torch.randn(16, 256), torch.randn(256, 8)
+    workload = Workload(m=16, n=8, k=256)
+    target = tt.matmul.__globals__["device_target"](a.device)
+    atomic = Config({"variant": "splitk_atomic", "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32,
+                     "GROUP_M": 1, "num_warps": 4, "num_stages": 2, "SPLIT_K": 4})  # fmt: skip
+    CHOOSER._answers[choice_key(workload, target, "triton.gemm")] = GemmChoice(
+        "triton.gemm", atomic, "exact"
+    )
+    torch.testing.assert_close(tt.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    assert CALLS == {"triton.gemm": 1}
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        torch.testing.assert_close(tt.matmul(a, b), a @ b)
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert CALLS == {"triton.gemm": 1, "library": 1}
+
+
 def test_a_config_that_cannot_run_falls_back_to_the_default() -> None:
     a, b = torch.randn(16, 32), torch.randn(32, 8)
     workload = Workload(m=16, n=8, k=32)

@@ -33,6 +33,7 @@ from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 triton.knobs.runtime.interpret = True
 
 from tunehub.kernels import triton_gemm_kernels as tg  # noqa: E402
+from tunehub.kernels.triton_gemm_limits import bit_reproducible  # noqa: E402
 
 if not isinstance(tg._gemm_tiled_kernel, InterpretedFunction):
     # Imported earlier in this process without the interpreter: decorate the kernels again.
@@ -180,7 +181,7 @@ def test_gemm_matches_reference(
         # none is a multiple of the block, so edge tiles are still partial.
         m, n, k = 48, 80, 112
         cfg = config(variant, bm=64, bn=32, bk=32)
-    elif variant == "splitk":
+    elif variant in ("splitk", "splitk_atomic"):
         # 5 K tiles over 3 splits (2, 2, 1), the last one ragged (fp8: 3 over 2, 32-wide).
         m, n, k = 37, 45, 70
         bk = 32 if dtype == "float8_e4m3fn" else 16
@@ -300,9 +301,10 @@ def test_split_k(k: int, split_k: int) -> None:
         pytest.param(250, 2, "float32", id="two-splits-fp32"),
     ],
 )
-def test_one_kernel_split_k(k: int, split_k: int, dtype: str) -> None:
+@pytest.mark.parametrize("variant", ["splitk", "splitk_atomic"])
+def test_one_kernel_split_k(variant: str, k: int, split_k: int, dtype: str) -> None:
     for epilogue in ("none", "bias_gelu"):
-        cfg = config("splitk", bm=16, bn=16, bk=16, SPLIT_K=split_k)
+        cfg = config(variant, bm=16, bn=16, bk=16, SPLIT_K=split_k)
         assert_close(run(21, 35, k, cfg, dtype, epilogue, ("col", "row")), dtype)
 
 
@@ -347,6 +349,41 @@ def test_one_kernel_split_k_launches_once_and_leaves_its_counters_at_zero() -> N
     assert torch.equal(out, outs[0]) and not bool(torch.isnan(workspace).any())
     with pytest.raises(ValueError, match="workspace must hold"):
         tg.bind(a, b, bias, out, epilogue="bias_relu", config=cfg, workspace=workspace[:-1])
+
+
+def test_atomic_split_k_leaves_its_sum_and_counters_at_zero() -> None:
+    gen = torch.Generator().manual_seed(6)
+    a = operand(40, 150, "row", "float16", gen)
+    b = operand(150, 50, "col", "float16", gen)
+    bias = torch.randn(50, generator=gen).half()
+    cfg = config("splitk_atomic", bm=16, bn=32, bk=16, SPLIT_K=4)
+    expected = tg.reference(a, b, bias, "bias_gelu")
+    for _ in range(3):
+        out = torch.full((40, 50), float("nan"), dtype=torch.float16)
+        bound = tg.bind(a, b, bias, out, epilogue="bias_gelu", config=cfg)
+        assert len(bound.launches) == 1  # no reduce kernel, no memset
+        bound()
+        assert_close(tg.relative_error(out, expected), "float16")
+        # The next call starts from a zero sum and zero counters, with nothing cleared.
+        assert bound.workspace is not None and bound.counts is not None
+        assert not bool(bound.workspace.any()) and not bool(bound.counts.any())
+    # Its sum is one C (not SPLIT_K tile slots), and not the slots of 'splitk' on the same
+    # stream, whose leftovers are not zero.
+    assert tg.workspace_bytes(40, 50, cfg) == 40 * 50 * 4
+    slots = tg.bind(a, b, bias, torch.empty(40, 50, dtype=torch.float16), epilogue="bias_gelu",
+                    config={**cfg, "variant": "splitk"})  # fmt: skip
+    slots()
+    assert slots.workspace is not bound.workspace and bool(slots.workspace.any())
+    again = tg.bind(a, b, bias, torch.empty(40, 50, dtype=torch.float16), epilogue="bias_gelu",
+                    config=cfg)  # fmt: skip
+    assert again.workspace is bound.workspace and not bool(again.workspace.any())
+    # A workspace of one's own is taken as the sum: it must hold zeros, and is left so.
+    own = torch.zeros(40 * 50, dtype=torch.float32)
+    out = torch.empty(40, 50, dtype=torch.float16)
+    tg.gemm(a, b, bias, out, epilogue="bias_gelu", config=cfg, workspace=own)
+    assert_close(tg.relative_error(out, expected), "float16")
+    assert not bool(own.any())
+    assert not bit_reproducible(cfg) and bit_reproducible({**cfg, "variant": "splitk"})
 
 
 def test_split_k_is_deterministic_and_uses_the_given_workspace() -> None:
@@ -453,8 +490,9 @@ def test_bind_rejects_what_the_kernels_cannot_take() -> None:
         ("unknown epilogue", {"epilogue": "silu", "bias": bias}),
         ("row-major contiguous", {"out": torch.empty(4, 8, dtype=torch.float16).t()}),
         ("neither row- nor column-major", {"a": torch.randn(8, 32, dtype=torch.float16)[:, ::2]}),
-        ("only tiled, splitk splits K", {"config": config("persistent", SPLIT_K=2)}),
+        ("only tiled, splitk, splitk_atomic split", {"config": config("persistent", SPLIT_K=2)}),
         ("'splitk' needs SPLIT_K >= 2", {"config": config("splitk", SPLIT_K=1)}),
+        ("'splitk_atomic' needs SPLIT_K >= 2", {"config": config("splitk_atomic", SPLIT_K=1)}),
         ("config lacks GROUP_M", {"config": {k: v for k, v in cfg.items() if k != "GROUP_M"}}),
         ("unsupported dtype", {"a": a.double(), "b": b.double()}),
         ("TMA needs", {"config": config("tma", bm=16, bn=16, bk=16), "a": a[:, :15].contiguous()}),
@@ -505,7 +543,7 @@ def test_precompile_needs_the_compiler() -> None:
 
 
 def test_variant_problem() -> None:
-    assert tg.variants() == ("tiled", "persistent", "tma", "ws", "splitk")
+    assert tg.variants() == ("tiled", "persistent", "tma", "ws", "splitk", "splitk_atomic")
     assert all(tg.variant_problem(v, 90) is None for v in tg.variants())
     assert all(tg.variant_problem(v, None, interpreter=True) is None for v in tg.variants())
     assert "sm_90" in (tg.variant_problem("tma", 80) or "")
@@ -683,8 +721,9 @@ def test_precompile_takes_host_side_tma_descriptors(tmp_path: Path) -> None:
     assert result["launch_keys"] == [key for _, _, key in result["first"]]
 
 
-def test_precompile_of_the_one_kernel_split_k(tmp_path: Path) -> None:
-    config = dict(variant="splitk", BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4,
+@pytest.mark.parametrize("variant", ["splitk", "splitk_atomic"])
+def test_precompile_of_the_one_kernel_split_k(tmp_path: Path, variant: str) -> None:
+    config = dict(variant=variant, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4,
                   num_stages=3, SPLIT_K=3)  # fmt: skip
     result = _precompile_in_a_process(tmp_path, config, (100, 96, 224))
     # One kernel (no reduce), its workspace and counters specialised as the launch's.

@@ -78,16 +78,22 @@ def test_space_follows_the_device_and_the_workload() -> None:
         "tiled",
         "persistent",
         "splitk",
+        "splitk_atomic",
     }
     assert "tma" in {c["variant"] for c in odd_k.points if c["PAD_K"]}
     assert "PAD_K" not in h100.names  # no knob where padding changes nothing
     long_k = TEMPLATE.space(Workload(m=256, n=256, k=65536, dtype="float16"), H100)
     assert max(c["SPLIT_K"] for c in long_k.points) > 1
     assert all(c["SPLIT_K"] == 1 for c in h100.points)  # 4096^2 fills the GPU already
-    assert {c["variant"] for c in long_k.points if c["SPLIT_K"] > 1} == {"tiled", "splitk"}
-    # The one-kernel split-K exists only split: with SPLIT_K=1 it would be 'tiled'.
-    assert all(c["SPLIT_K"] > 1 for c in long_k.points if c["variant"] == "splitk")
-    assert "splitk" not in {c["variant"] for c in h100.points}
+    assert {c["variant"] for c in long_k.points if c["SPLIT_K"] > 1} == {
+        "tiled",
+        "splitk",
+        "splitk_atomic",
+    }
+    # The one-kernel split-Ks exist only split: with SPLIT_K=1 they would be 'tiled'.
+    one_kernel = ("splitk", "splitk_atomic")
+    assert all(c["SPLIT_K"] > 1 for c in long_k.points if c["variant"] in one_kernel)
+    assert not {"splitk", "splitk_atomic"} & {c["variant"] for c in h100.points}
     for config in h100.points[:: max(1, len(h100) // 50)]:
         assert TEMPLATE.invalid_reason(big, H100, config) is None
 
@@ -114,7 +120,7 @@ def test_defaults_and_seeds_fit_the_shape() -> None:
         (4096, 4096, 4096): "tma",
         (16, 4096, 4096): "tiled",
         (1000, 3000, 777): "persistent",
-        (256, 256, 65536): "splitk",  # one-kernel split-K: faster on the H100
+        (256, 256, 65536): "splitk_atomic",  # one-kernel split-K: faster on the H100
     }
     for (m, n, k), variant in cases.items():
         w = Workload(m=m, n=n, k=k, dtype="float16")
@@ -130,8 +136,19 @@ def test_defaults_and_seeds_fit_the_shape() -> None:
     )
     assert "FLATTEN" not in kernel_config(Config({"variant": "tiled", "FLATTEN": False}))
     assert "FLATTEN" not in kernel_config(Config({"variant": "splitk", "FLATTEN": False}))
+    assert "FLATTEN" not in kernel_config(Config({"variant": "splitk_atomic", "FLATTEN": False}))
     long_k = TEMPLATE.seed_configs(Workload(m=256, n=256, k=65536, dtype="float16"), H100)
+    # Atomics first, the bit-reproducible split next; each split so the programs come nearest
+    # one wave of the 132 SMs (16 tiles of 64x64 split 8, 8 of 64x128 split 16).
+    assert [(s["variant"], s["BLOCK_N"], s["SPLIT_K"]) for s in long_k[:4]] == [
+        ("splitk_atomic", 64, 8),
+        ("splitk_atomic", 64, 16),
+        ("splitk_atomic", 128, 16),
+        ("splitk_atomic", 128, 32),
+    ]
     assert any(s["variant"] == "splitk" for s in long_k)
+    skinny_k = TEMPLATE.seed_configs(Workload(m=128, n=128, k=32768, dtype="float16"), H100)
+    assert (skinny_k[0]["variant"], skinny_k[0]["SPLIT_K"]) == ("splitk_atomic", 32)
 
 
 @pytest.mark.parametrize(

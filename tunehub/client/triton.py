@@ -8,7 +8,9 @@ shape, dtype, layouts (from the strides), epilogue and GPU, once per shape per p
 the service measured cuBLAS faster it runs ``torch.matmul``; compiled kernels stay in Triton's
 own cache, one per config and specialisation. Anything the kernel does not take (other
 dtypes, broadcast batch shapes, a bias that is not a vector of N, inputs that need
-gradients) runs through torch, so it is always safe to call.
+gradients) runs through torch, so it is always safe to call. Under
+``torch.use_deterministic_algorithms(True)`` a looked-up kernel that is not bit-reproducible
+(``splitk_atomic``) is not run either: ``torch.matmul`` is.
 
 ``autotune``: see ``tunehub.client.triton_autotune``.
 """
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tunehub.client.gemm_choice import CALLS, CHOOSER
 from tunehub.client.triton_autotune import Autotuner, autotune
 from tunehub.core import Target, Workload
+from tunehub.kernels.triton_gemm_limits import bit_reproducible
 
 if TYPE_CHECKING:
     import torch
@@ -220,6 +223,10 @@ def gemm_2d(
     )
     for _ in range(2):
         if choice is None or choice.use_library:
+            return _library(a, b, bias, activation)
+        if not bit_reproducible(choice.config) and torch.are_deterministic_algorithms_enabled():
+            # Under torch.use_deterministic_algorithms(True), a kernel whose bits may differ
+            # from call to call (split-K summed by atomics) is not taken: torch.matmul is.
             return _library(a, b, bias, activation)
         out = torch.empty((m, n), dtype=a.dtype, device=a.device)
         workload = _workload(m, n, k, dtype, a_layout, b_layout, epilogue, tf32)

@@ -246,7 +246,7 @@ def _blis(workload: Workload, target: Target, configs: Sequence[Config]) -> dict
 
 
 # --- triton.gemm -------------------------------------------------------------------------------
-TRITON_VARIANTS = ("tiled", "persistent", "tma", "ws", "splitk")
+TRITON_VARIANTS = ("tiled", "persistent", "tma", "ws", "splitk", "splitk_atomic")
 # H100 values where the target's properties do not say.
 FALLBACK_SMEM_PER_BLOCK = 232448
 FALLBACK_REGS_PER_SM = 65536
@@ -284,7 +284,8 @@ def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> di
     group = np.maximum(_knob(configs, "GROUP_M", 1), 1.0)
     variants = _strings(configs, "variant", "tiled")
     persistent = np.array([v in ("persistent", "tma", "ws") for v in variants], dtype=np.float64)
-    fused_split = np.array([v == "splitk" for v in variants], dtype=bool)
+    fused_split = np.array([v in ("splitk", "splitk_atomic") for v in variants], dtype=bool)
+    atomic_split = np.array([v == "splitk_atomic" for v in variants], dtype=bool)
     tiles = _ceil_div(m, bm) * _ceil_div(n, bn) * split
     # A persistent kernel launches one program per SM and loops over tiles; either way the
     # tiles run in waves of one per SM (per program slot).
@@ -328,13 +329,18 @@ def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> di
         "k_iters": _ceil_div(k_per_split, bk),
         "flops_per_byte_tile": 2.0 * bm * bn / ((bm + bn) * elem),
         # split-K writes SPLIT_K partial fp32 C's and reads them back once: ``tiled`` to a
-        # workspace its reduce kernel sums, ``splitk`` as whole tiles (edges padded)
+        # workspace its reduce kernel sums, ``splitk`` as whole tiles (edges padded);
+        # ``splitk_atomic`` adds them into one C in L2, read and zeroed once.
         "split_k_bytes_per_flop": np.where(
             split > 1,
-            split
-            * np.where(fused_split, _ceil_div(m, bm) * bm * _ceil_div(n, bn) * bn, m * n)
-            * 4.0
-            * 2.0
+            np.where(
+                atomic_split,
+                (split + 2.0) * m * n * 4.0,
+                split
+                * np.where(fused_split, _ceil_div(m, bm) * bm * _ceil_div(n, bn) * bn, m * n)
+                * 4.0
+                * 2.0,
+            )
             / (2.0 * m * n * k),
             0.0,
         ),
@@ -353,7 +359,7 @@ def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> di
     out["unaligned_rows"] = unaligned * (1.0 - pad)
     out["pad_copy_bytes_per_flop"] = pad * 2.0 * (m * k + k * n) * elem / (2.0 * m * n * k)
     # Each launch costs a few microseconds whatever it does: ``tiled`` split-K adds its
-    # reduce kernel, ``PAD_K`` its two copies; ``splitk`` reduces in its one launch.
+    # reduce kernel, ``PAD_K`` its two copies; the one-kernel split-Ks reduce in their launch.
     two_pass = (split > 1) & ~fused_split
     out["kernel_launches"] = 1.0 + two_pass.astype(np.float64) + 2.0 * pad
     return out
@@ -396,8 +402,9 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     # 3: the ``splitk`` variant's column and ``kernel_launches``. 4: ``tiled`` split-K's
     # bytes count all SPLIT_K partials, written and read back (3 counted SPLIT_K - 1, and
     # ranked a two-kernel split over the one-kernel one on 128x128x32768: 0.81 of the best,
-    # 1.0 with 4).
-    "triton.gemm": FeatureSet("triton.gemm", 4, TRITON_NAMES, _triton, consensus=1),
+    # 1.0 with 4). 5: the ``splitk_atomic`` variant's column, and its bytes (SPLIT_K adds
+    # into one C, read and zeroed once).
+    "triton.gemm": FeatureSet("triton.gemm", 5, TRITON_NAMES, _triton, consensus=1),
 }
 
 

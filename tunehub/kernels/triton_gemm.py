@@ -1,12 +1,13 @@
 """The ``triton.gemm`` template: Triton GEMM kernels on NVIDIA GPUs, their space, build and run.
 
-The kernels (``triton_gemm_kernels``) come in five variants: ``tiled`` (one program per tile,
+The kernels (``triton_gemm_kernels``) come in six variants: ``tiled`` (one program per tile,
 optionally splitting K, its partials summed by a second kernel), ``persistent`` (a grid of one
 program per SM looping over tiles), ``tma`` (persistent, operands through Hopper's TMA tensor
-descriptors), ``ws`` (``tma`` with warp specialisation) and ``splitk`` (``tiled``'s split of K
-in one kernel: the last program to arrive at a tile reduces it). Knobs: ``variant``,
+descriptors), ``ws`` (``tma`` with warp specialisation), ``splitk`` (``tiled``'s split of K
+in one kernel: the last program to arrive at a tile reduces it) and ``splitk_atomic`` (the
+same, its partials summed by fp32 atomics: faster, not bit-reproducible). Knobs: ``variant``,
 ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M``, ``num_warps``, ``num_stages``, ``SPLIT_K``
-(``splitk`` needs >= 2), ``FLATTEN``.
+(the one-kernel split-Ks need >= 2), ``FLATTEN``.
 
 The space comes from the device's fingerprint (compute capability, SMs, shared memory per
 block, registers per SM) and the workload (tiles no larger than the problem, TMA alignment,
@@ -142,8 +143,9 @@ class TritonGemmTemplate(Template):
     name = "triton.gemm"
     # 2: kernels specialised on the problem's sizes and strides, TMA descriptors built on the
     # host, Inductor's and Triton's tile lists among the seeds (same knobs, faster kernels:
-    # records of version 1 time other code). The ``splitk`` variant only added points: every
-    # config spelled before it still times the same code, so records of version 2 stand.
+    # records of version 1 time other code). The ``splitk`` and ``splitk_atomic`` variants
+    # (and the composite tiles) only added points: every config spelled before them still
+    # times the same code, so records of version 2 stand.
     version = 2
     device_kind = "cuda"
     baseline_template = "torch.matmul"
@@ -215,8 +217,8 @@ class TritonGemmTemplate(Template):
         def split(c: Config) -> bool:
             k_split = int(c["SPLIT_K"])
             if k_split == 1:
-                return c["variant"] != "splitk"
-            if c["variant"] not in ("tiled", "splitk"):
+                return c["variant"] not in limits.ONE_KERNEL_SPLIT_VARIANTS
+            if c["variant"] not in limits.SPLIT_K_VARIANTS:
                 return False
             tiles = math.ceil(workload.m / int(c["BLOCK_M"])) * math.ceil(
                 workload.n / int(c["BLOCK_N"])
@@ -346,9 +348,20 @@ class TritonGemmTemplate(Template):
             yield c("tiled", min(small_m, 64), 64, 128, 4, 5)
             yield c("tiled", 64, 64, 128, 4, 4)
         if tiles_64 < sms and k >= 8192:
-            # Few output tiles, long K: split it (64x64x128 s5 x 8 led at 256x256x65536). In
-            # one kernel first: on the H100 it beat the two-kernel split at the same tile and
-            # split on all four long-K shapes timed (1.04-2.8x, gpu_splitk-h100-20261124T045120).
+            # Few output tiles, long K: split it. Partials summed by atomics first, split so
+            # the programs come nearest one wave: on the H100, 64x64x128 s6 split 8 ran
+            # 256x256x65536 1.04x faster than ``splitk`` at the same tile, split 32 ran
+            # 128x128x32768 1.47x faster, and 64x128x128 s4 split 4 512x512x16384 1.05x
+            # (benchmarks/results/gpu_atomic-h100-20261125T074518.log).
+            for bn, stages in ((64, 6), (128, 4)):
+                tiles = math.ceil(m / 64) * math.ceil(n / bn)
+                splits = [s for s in SPLIT_KS[1:] if tiles * s <= SPLIT_K_MAX_WAVES * sms]
+                splits.sort(key=lambda s, t=tiles: abs(math.log(t * s / sms)))
+                for split in splits[:2]:
+                    yield c("splitk_atomic", 64, bn, 128, 4, stages, split=split)
+            # Then the same bits every call: the one-kernel split beat the two-kernel one at
+            # the same tile and split on all four long-K shapes timed (1.04-2.8x,
+            # gpu_splitk-h100-20261124T045120).
             for split in (8, 4, 16, 32, 2):
                 if tiles_64 * split <= SPLIT_K_MAX_WAVES * sms:
                     yield c("splitk", 64, 64, 128, 4, 5, split=split)
@@ -523,12 +536,12 @@ class TritonGemmTemplate(Template):
 
 
 def kernel_config(config: Config) -> dict[str, Any]:
-    """The config as the kernels take it: ``FLATTEN`` means nothing to ``tiled`` and
-    ``splitk`` (the space spells it False there), so it is left out, and ``PAD_K`` is the
-    template's, not theirs."""
+    """The config as the kernels take it: ``FLATTEN`` means nothing to ``tiled`` and the
+    one-kernel split-Ks (the space spells it False there), so it is left out, and ``PAD_K`` is
+    the template's, not theirs."""
     data = config.to_dict()
     data.pop("PAD_K", None)
-    if data.get("variant") in ("tiled", "splitk"):
+    if data.get("variant") in limits.SPLIT_K_VARIANTS:
         data.pop("FLATTEN", None)
     return data
 

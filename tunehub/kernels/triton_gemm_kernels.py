@@ -2,7 +2,7 @@
 
 ``C[m, n] = epilogue(A[m, k] @ B[k, n] + bias[n])``, accumulated in float32, for float16,
 bfloat16, float32 (tf32 or exact ieee dot) and float8 e4m3 operands (C in float16), with A and
-B row- or column-major and C row-major. Five variants:
+B row- or column-major and C row-major. Six variants:
 
 - ``tiled``: one program per output tile in grouped (L2-friendly) order; ``SPLIT_K > 1`` splits
   K over programs that write fp32 partials to a workspace, and a second kernel sums them in a
@@ -13,6 +13,10 @@ B row- or column-major and C row-major. Five variants:
   arrives last at a tile (an int32 counter per tile, reset by that program) sums the tile's
   fp32 partials in a fixed order, applies the epilogue once and stores C. Its workspace and
   counters are cached per device and stream, so a call allocates and clears nothing.
+- ``splitk_atomic``: ``splitk`` whose partials meet by fp32 atomic adds into one M x N sum
+  (in L2, over every program) instead of the last arrival reading SPLIT_K slots; the last
+  arrival reads the sum once, zeroes it and stores C. Faster on long K (the H100: 1.04-1.47x
+  ``splitk`` at the same tile), but the adds land in arrival order: not bit-reproducible.
 - ``persistent``: ``min(#tiles, NUM_SMS)`` programs that loop over tiles.
 - ``tma``: persistent, operands loaded through TMA tensor descriptors (Hopper+), built on the
   host and passed by value. It takes ``tiled``'s composite BLOCK_M (192 = 128 + 64 rows, two
@@ -73,6 +77,7 @@ from tunehub.kernels.triton_gemm_limits import (
     ELEMENT_BYTES,
     EPILOGUES,
     LAYOUTS,
+    ONE_KERNEL_SPLIT_VARIANTS,
     OPTIONAL_CONFIG_KEYS,
     OUT_DTYPE,
     TOLERANCE,
@@ -312,8 +317,10 @@ def _gemm_splitk_kernel(
     EVEN_K: tl.constexpr,
     EPILOGUE: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
+    ATOMIC: tl.constexpr,
 ):
-    # Split-K in one launch: every program writes its K slice's fp32 partial tile to its own
+    # ATOMIC (``splitk_atomic``): see the branch at the end. Otherwise (``splitk``):
+    # split-K in one launch: every program writes its K slice's fp32 partial tile to its own
     # workspace slot and counts itself in at the tile's counter; the program that arrives
     # last sums the tile's SPLIT_K slots in slot order (the same bits whichever program that
     # is), applies the epilogue once, casts and stores C, and sets the counter back to zero,
@@ -346,26 +353,54 @@ def _gemm_splitk_kernel(
             a = tl.load(a_ptrs, mask=offs_kk[None, :] < K, other=0.0)
             b = tl.load(b_ptrs, mask=offs_kk[:, None] < K, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-    # A tile's slots are adjacent (slot = tile * SPLIT_K + split) and whole tiles, so the
-    # partial stores and the reducer's loads need no masks.
-    slot_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    tile_ws = ws_ptr + pid.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
-    tl.store(tile_ws + pid_k * (BLOCK_M * BLOCK_N) + slot_offs, acc)
-    # Every thread's partial is written before one thread counts the program in (the atomic
-    # is acq_rel at GPU scope, so the last arrival sees every earlier program's partial).
-    tl.debug_barrier()
-    arrived = tl.atomic_add(counts_ptr + pid, 1)
-    if arrived == SPLIT_K - 1:
-        tl.debug_barrier()
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for s in range(SPLIT_K):
-            # .cg: read through L2, where the other SMs' partials are, not a stale L1.
-            acc += tl.load(tile_ws + s * (BLOCK_M * BLOCK_N) + slot_offs, cache_modifier=".cg")
-        tl.atomic_xchg(counts_ptr + pid, 0)
+    if ATOMIC:
+        # ws_ptr is an M x N fp32 sum, zero between launches. Every program adds its partial
+        # into it (``red.add``: the sum happens in L2, spread over all programs, where the
+        # slots leave one program to read SPLIT_K partials) and counts in; the last arrival
+        # reads the sum once, leaves zeros and a zero counter for the next launch, applies the
+        # epilogue and stores C. The order of the adds is the order of arrival, so the bits
+        # may differ from call to call (within the dtype's tolerance like any order).
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
-        _store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        sum_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.atomic_add(sum_ptrs, acc, mask=mask, sem="relaxed")
+        # Every thread's adds are issued before one thread counts the program in (acq_rel
+        # at GPU scope, as below).
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counts_ptr + pid, 1)
+        if arrived == SPLIT_K - 1:
+            tl.debug_barrier()
+            acc = tl.load(sum_ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+            # Every thread has read before any writes zeros: the store may map threads to
+            # elements differently from the load (without this barrier, 128-row tiles on an
+            # H100 stored zeros into C).
+            tl.debug_barrier()
+            tl.store(sum_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), mask=mask)
+            tl.atomic_xchg(counts_ptr + pid, 0)
+            acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
+            _store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm)
+    else:
+        # A tile's slots are adjacent (slot = tile * SPLIT_K + split) and whole tiles, so the
+        # partial stores and the reducer's loads need no masks.
+        slot_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        tile_ws = ws_ptr + pid.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+        tl.store(tile_ws + pid_k * (BLOCK_M * BLOCK_N) + slot_offs, acc)
+        # Every thread's partial is written before one thread counts the program in (the atomic
+        # is acq_rel at GPU scope, so the last arrival sees every earlier program's partial).
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counts_ptr + pid, 1)
+        if arrived == SPLIT_K - 1:
+            tl.debug_barrier()
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(SPLIT_K):
+                # .cg: read through L2, where the other SMs' partials are, not a stale L1.
+                acc += tl.load(tile_ws + s * (BLOCK_M * BLOCK_N) + slot_offs, cache_modifier=".cg")
+            tl.atomic_xchg(counts_ptr + pid, 0)
+            offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
+            _store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm)
 
 
 @triton.jit
@@ -661,13 +696,19 @@ def _launches(
                 )
             )
         return launches
-    if variant == "splitk":
+    if variant in ONE_KERNEL_SPLIT_VARIANTS:
         return [
             _Launch(
                 _gemm_splitk_kernel,
                 (tiles, split_k),
                 (a, b, c, bias, ws, counts, *scalars),
-                {**common, "SPLIT_K": split_k, "EVEN_K": even_k, **options},
+                {
+                    **common,
+                    "SPLIT_K": split_k,
+                    "EVEN_K": even_k,
+                    "ATOMIC": variant == "splitk_atomic",
+                    **options,
+                },
             )
         ]
     grid = (min(tiles, num_sms),)
@@ -780,8 +821,9 @@ def bind(
     when ``epilogue`` is not ``"none"``. ``num_sms`` (persistent variants) defaults to the
     device's SM count; ``workspace`` (split-K) to a fresh allocation of
     ``workspace_bytes`` (``tiled``) or to the buffer cached for this device and stream
-    (``splitk``, whose tile counters always come from that cache). Raises ValueError on
-    anything the kernels cannot take.
+    (``splitk`` and ``splitk_atomic``, whose tile counters always come from that cache; a
+    ``splitk_atomic`` workspace given here must hold zeros, and each launch leaves it so).
+    Raises ValueError on anything the kernels cannot take.
     """
     name = dtype_name(a.dtype)
     if b.dtype != a.dtype:
@@ -836,7 +878,7 @@ def bind(
             num_sms = _INTERPRETER_NUM_SMS
     split_k = cfg["SPLIT_K"]
     counts = None
-    if cfg["variant"] == "splitk":
+    if cfg["variant"] in ONE_KERNEL_SPLIT_VARIANTS:
         workspace, counts = _splitk_buffers(device, m, n, cfg, workspace)
     elif split_k > 1:
         need = (split_k, m, n)
@@ -857,13 +899,14 @@ def bind(
     )
 
 
-# The one-kernel split-K's fp32 partial slots and int32 tile counters, per (device, stream)
-# of the binding: every launch leaves the counters at zero, so launches one after another on
-# a stream share them (a memset only when a buffer is first made or grows); launches on
+# The one-kernel split-Ks' fp32 buffers (``splitk``'s partial slots, ``splitk_atomic``'s sum,
+# which must be zero) and int32 tile counters, per (device, stream, variant) of the binding:
+# every launch leaves the counters (and the sum) at zero, so launches one after another on a
+# stream share them (a memset only when a buffer is first made or grows); launches on
 # different streams get their own, as they may run at once. A buffer outgrown is kept, not
 # freed: a CUDA graph captured earlier may still launch on it. Sizes grow by powers of two, so
 # what is kept stays under twice the largest.
-_SPLITK_BUFFERS: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
+_SPLITK_BUFFERS: dict[tuple[str, int, str], tuple[torch.Tensor, torch.Tensor]] = {}
 _SPLITK_OUTGROWN: list[tuple[torch.Tensor, torch.Tensor]] = []
 
 
@@ -877,15 +920,16 @@ def _splitk_buffers(
     need = splitk_workspace_elems(m, n, config)
     tiles = triton.cdiv(m, config["BLOCK_M"]) * triton.cdiv(n, config["BLOCK_N"])
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), int(stream))
+    key = (str(device), int(stream), config["variant"])
     cached = _SPLITK_BUFFERS.get(key)
     if cached is None or cached[0].numel() < need or cached[1].numel() < tiles:
         if cached is not None:
             _SPLITK_OUTGROWN.append(cached)
         size = max(triton.next_power_of_2(need), cached[0].numel() if cached else 0)
         slots = max(triton.next_power_of_2(tiles), cached[1].numel() if cached else 0)
+        make = torch.zeros if config["variant"] == "splitk_atomic" else torch.empty
         cached = (
-            torch.empty(size, dtype=torch.float32, device=device),
+            make(size, dtype=torch.float32, device=device),
             torch.zeros(slots, dtype=torch.int32, device=device),
         )
         _SPLITK_BUFFERS[key] = cached
@@ -1073,7 +1117,7 @@ def precompile(
         _FakeTensor(out_dtype),
         _FakeTensor(out_dtype) if epilogue != "none" else None,
         _FakeTensor(torch.float32) if cfg["SPLIT_K"] > 1 else None,
-        _FakeTensor(torch.int32) if cfg["variant"] == "splitk" else None,
+        _FakeTensor(torch.int32) if cfg["variant"] in ONE_KERNEL_SPLIT_VARIANTS else None,
     )
     target = GPUTarget("cuda", capability, 32)
     hits: list[bool] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-VARIANTS: tuple[str, ...] = ("tiled", "persistent", "tma", "ws", "splitk")
+VARIANTS: tuple[str, ...] = ("tiled", "persistent", "tma", "ws", "splitk", "splitk_atomic")
 EPILOGUES: tuple[str, ...] = ("none", "bias", "bias_relu", "bias_gelu")
 LAYOUTS: tuple[str, ...] = ("row", "col")
 DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float8_e4m3fn")
@@ -47,7 +47,9 @@ TOLERANCE: dict[str, float] = {
 OPTIONAL_CONFIG_KEYS: tuple[str, ...] = ("FLATTEN",)
 _FLATTEN_DEFAULT = {"persistent": False, "tma": True, "ws": False}
 
-_SPLIT_K_VARIANTS = ("tiled", "splitk")
+SPLIT_K_VARIANTS = ("tiled", "splitk", "splitk_atomic")
+# Split-K in one launch (split-K is what they are: SPLIT_K >= 2).
+ONE_KERNEL_SPLIT_VARIANTS = ("splitk", "splitk_atomic")
 _PERSISTENT_VARIANTS = ("persistent", "tma", "ws")
 _DESCRIPTOR_VARIANTS = ("tma", "ws")
 # Smallest K step of the tensor-core MMA per operand width (Hopper wgmma k: 8 tf32, 16 f16/bf16,
@@ -96,6 +98,12 @@ def composite_rest(edge: int) -> int:
 def variants() -> tuple[str, ...]:
     """The kernel variants, in the order a space lists them."""
     return VARIANTS
+
+
+def bit_reproducible(config: Mapping[str, Any]) -> bool:
+    """Whether ``config``'s kernel gives the same bits on every call with the same inputs:
+    all but ``splitk_atomic``, whose partials are summed in the order they arrive."""
+    return config.get("variant") != "splitk_atomic"
 
 
 def dtype_name(dtype: Any) -> str:
@@ -261,16 +269,20 @@ def regs_per_thread(config: Mapping[str, Any], dtype: Any) -> int:
 def workspace_bytes(m: int, n: int, config: Mapping[str, Any]) -> int:
     """Bytes of the fp32 split-K workspace ``gemm`` needs for an ``m`` x ``n`` C (0 without
     split-K): ``SPLIT_K`` partial C's for ``tiled``, ``SPLIT_K`` whole-tile slots per output
-    tile for ``splitk`` (plus its int32 counter per tile, not counted here)."""
-    if config.get("variant") == "splitk":
+    tile for ``splitk``, one C for ``splitk_atomic`` (plus their int32 counter per tile, not
+    counted here)."""
+    if config.get("variant") in ONE_KERNEL_SPLIT_VARIANTS:
         return splitk_workspace_elems(m, n, config) * 4
     split_k = _int_knob(config, "SPLIT_K") if "SPLIT_K" in config else 1
     return 0 if split_k <= 1 else split_k * m * n * 4
 
 
 def splitk_workspace_elems(m: int, n: int, config: Mapping[str, Any]) -> int:
-    """float32 elements of the ``splitk`` variant's partial slots: ``SPLIT_K`` whole tiles for
-    each output tile (edge tiles padded, so its stores and loads need no masks)."""
+    """float32 elements of a one-kernel split-K's buffer: ``splitk``'s partial slots,
+    ``SPLIT_K`` whole tiles for each output tile (edge tiles padded, so its stores and loads
+    need no masks); ``splitk_atomic``'s sum, one M x N C."""
+    if config.get("variant") == "splitk_atomic":
+        return m * n
     bm, bn = _int_knob(config, "BLOCK_M"), _int_knob(config, "BLOCK_N")
     tiles = -(-m // bm) * -(-n // bn)
     return tiles * _int_knob(config, "SPLIT_K") * bm * bn
@@ -335,10 +347,10 @@ def config_problem(
         return f"GROUP_M={knobs['GROUP_M']} must be >= 1"
     if knobs["SPLIT_K"] < 1:
         return f"SPLIT_K={knobs['SPLIT_K']} must be >= 1"
-    if knobs["SPLIT_K"] > 1 and variant not in _SPLIT_K_VARIANTS:
-        return f"SPLIT_K={knobs['SPLIT_K']}: only {', '.join(_SPLIT_K_VARIANTS)} splits K"
-    if variant == "splitk" and knobs["SPLIT_K"] < 2:
-        return "'splitk' needs SPLIT_K >= 2 (with 1 it is 'tiled' plus a counter)"
+    if knobs["SPLIT_K"] > 1 and variant not in SPLIT_K_VARIANTS:
+        return f"SPLIT_K={knobs['SPLIT_K']}: only {', '.join(SPLIT_K_VARIANTS)} splits K"
+    if variant in ONE_KERNEL_SPLIT_VARIANTS and knobs["SPLIT_K"] < 2:
+        return f"{variant!r} needs SPLIT_K >= 2 (with 1 it is 'tiled' plus a counter)"
     if "FLATTEN" in config:
         if not isinstance(config["FLATTEN"], bool | int) or config["FLATTEN"] not in (0, 1):
             return f"FLATTEN={config['FLATTEN']!r} must be a bool"
