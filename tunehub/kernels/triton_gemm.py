@@ -356,8 +356,8 @@ class TritonGemmTemplate(Template):
             for bn, stages in ((64, 6), (128, 4)):
                 tiles = math.ceil(m / 64) * math.ceil(n / bn)
                 splits = [s for s in SPLIT_KS[1:] if tiles * s <= SPLIT_K_MAX_WAVES * sms]
-                splits.sort(key=lambda s, t=tiles: abs(math.log(t * s / sms)))
-                for split in splits[:2]:
+                waves = {s: abs(math.log(tiles * s / sms)) for s in splits}
+                for split in sorted(splits, key=waves.__getitem__)[:2]:
                     yield c("splitk_atomic", 64, bn, 128, 4, stages, split=split)
             # Then the same bits every call: the one-kernel split beat the two-kernel one at
             # the same tile and split on all four long-K shapes timed (1.04-2.8x,
