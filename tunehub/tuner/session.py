@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 
 CONFIRM_TOP = 3
 CONFIRM_ROUNDS = 3
+# How much more than the confirmed winner the baseline library may have slowed since its
+# Baseline before its re-time in the confirmation is taken as a bad measurement, not a drift.
+LIBRARY_DRIFT_TOLERANCE = 1.25
 MAX_MACHINE_FAILURES = 3
 POLL_SECS = 0.1
 # How long results may wait in memory for an unreachable database (TUNEHUB_DB_OUTAGE_SECS),
@@ -235,9 +238,16 @@ class Session:
         self,
         rounds: Sequence[tuple[MeasureRequest, Future[MeasureResult]]],
         group: Sequence[Future[MeasureResult]],
+        winner_drift: float,
     ) -> bool:
         """Store each library config re-timed in every round as its Baseline (one that
-        failed a round keeps the Baseline it had). False if the session was stopped."""
+        failed a round keeps the Baseline it had). A re-time slower than the Baseline it had
+        by more than the winner slowed since its trial (``winner_drift``, confirmed over trial
+        median) and LIBRARY_DRIFT_TOLERANCE on top is not believed: the GPU did not slow
+        down that much for the winner in the same rounds, so the Baseline it had stands (on
+        the H100 a confirmation once timed cuBLAS at 2.1x its job-start time while the
+        winner ran as in its trial, and the lookup served a kernel 0.8x cuBLAS). False if
+        the session was stopped."""
         results: dict[str, list[MeasureResult]] = {}
         requests: dict[str, MeasureRequest] = {}
         for request, future in rounds:
@@ -253,6 +263,29 @@ class Session:
                 log.warning("baseline %s not re-timed: a round failed", requests[key].config)
                 continue
             record = MeasureRecord(requests[key], _library_round_result(found))
+            before = self.store.get_baseline(
+                workload_key=self.workload.key,
+                target_key=self.target.target_key,
+                template=record.request.template,
+                config=record.config,
+            )
+            assert record.median_secs is not None
+            if (
+                before is not None
+                and before.median_secs
+                and record.median_secs
+                > before.median_secs * max(1.0, winner_drift) * LIBRARY_DRIFT_TOLERANCE
+            ):
+                log.warning(
+                    "baseline %s re-timed at %.6gs, %.2fx its Baseline, where the winner ran "
+                    "%.2fx its trial: the Baseline (%.6gs) stands",
+                    record.config,
+                    record.median_secs,
+                    record.median_secs / before.median_secs,
+                    winner_drift,
+                    before.median_secs,
+                )
+                continue
             self.store.commit_baseline(record)
             log.info("baseline %s re-timed beside the confirmation: median %.6gs",
                      requests[key].config, record.median_secs)  # fmt: skip
@@ -546,11 +579,14 @@ class Session:
         }
         if not confirmed:
             return None
-        if not self._store_library_rounds(library_rounds, futures):
-            return None
         winner = min(confirmed, key=lambda uid: confirmed[uid])
         times = medians[winner]
         median = confirmed[winner]
+        # How much slower (or faster) the GPU runs the winner now than in its trial.
+        trial = next(r.median_secs for r in top if r.uid == winner)
+        drift = median / trial if trial else 1.0
+        if not self._store_library_rounds(library_rounds, futures, drift):
+            return None
         confirmation = Confirmation(
             median_secs=median,
             spread=(max(times) - min(times)) / median,
@@ -590,7 +626,13 @@ def _library_round_result(results: list[MeasureResult]) -> MeasureResult:
         compile_secs=last.compile_secs,
         verify_secs=last.verify_secs,
         run_secs=sum(r.run_secs or 0.0 for r in results),
-        environment={**last.environment, "confirmation_rounds": len(results)},
+        environment={
+            **last.environment,
+            "confirmation_rounds": len(results),
+            # Whether each round replayed a CUDA graph (GPU libraries): a round that could not
+            # times Python's launch too.
+            "round_graphs": [r.environment.get("graph") for r in results],
+        },
     )
 
 
