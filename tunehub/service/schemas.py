@@ -362,7 +362,8 @@ class ScheduleOut(BaseModel):
         description="Baseline time / schedule time; below 1 the library is faster."
     )
     baseline_faster: bool | None = Field(
-        description="True when the vendor library beats this schedule (then prefer the library)."
+        description="True when the vendor library beats this schedule or comes within 2% of it "
+        "(a tie, within the noise of two side-by-side timings): then prefer the library."
     )
     predicted_median_secs: float | None = Field(
         default=None, description="`predicted` only: the model's estimate of the config's time."

@@ -22,6 +22,13 @@ from tunehub.kernels.registry import TEMPLATES, get_template
 from tunehub.tuner.neighbours import CHECK_NEIGHBOURS as CHECK_NEIGHBOURS
 from tunehub.tuner.neighbours import NeighbourIndex as NeighbourIndex
 
+# A schedule the library runs within this factor of is a tie, and a tie goes to the library
+# (no build, nothing to go wrong): the two are timed side by side in the confirmation's
+# rounds, and on the H100 such times moved by this much between the confirmation and the
+# benchmark's rounds minutes later (1024^3: the kernel 1.5% ahead in the one, cuBLAS 1.7% in
+# the other; 256x256x65536: 0.1% and 2.3%; benchmarks/results/gpu_gemm-h100-20261125T084951.log).
+LIBRARY_TIE = 1.02
+
 
 @dataclass(frozen=True)
 class LookupAnswer:
@@ -70,7 +77,7 @@ class LookupAnswer:
             "updated_at": stamp(s.updated_at),
             "baseline": baseline_dict(self.baseline, iso_times=iso_times),
             "speedup_vs_baseline": speedup,
-            "baseline_faster": None if speedup is None else speedup < 1.0,
+            "baseline_faster": None if speedup is None else speedup < LIBRARY_TIE,
         }
 
 
