@@ -10,13 +10,14 @@ arrival only reads the summed tile once, zeroes it for the next call, applies th
 stores C. Summation order is the arrival order: not bit-repeatable, within the dtype's
 tolerance like any other order.
 
-- ``atomic``: operands by pointers (the template's ``splitk`` main loop).
+- ``atomic``: operands by pointers (the template's ``splitk`` main loop); since moved into
+  the template as the variant ``splitk_atomic``, which the plan now runs in its place.
 - ``atomic_tma``: operands through TMA descriptors (host-side, like the ``tma`` variant).
 - ``tree``: no atomics on the data, and the same bits every run: the partials meet in a
   binary tree (pairs, then pairs of pairs, each pair's second arrival adds the first's slot),
   so the critical path reads log2(SPLIT_K) partials instead of SPLIT_K.
 
-The kernels are here, not in the template, until they win. Each contender is checked against
+The probe kernels are here, not in the template, until they win. Each contender is checked against
 a float64 reference into a NaN-poisoned C, then timed by tunehub's policy (L2 flushed, CUDA
 graph replay, median) in alternating rounds (``gpu_splitk.run_shape``), and after every replay
 its counters and accumulator are checked to be back at zero. A row-major, B column-major.
@@ -77,50 +78,6 @@ def _meet(acc, sum_ptr, counts_ptr, c_ptr, pid, off_m, off_n, M, N, stride_cm,
         tl.atomic_xchg(counts_ptr + pid, 0)
         c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :]
         tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def atomic_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    sum_ptr,
-    counts_ptr,
-    M: tl.constexpr,
-    N: tl.constexpr,
-    K: tl.constexpr,
-    stride_am: tl.constexpr,
-    stride_ak: tl.constexpr,
-    stride_bk: tl.constexpr,
-    stride_bn: tl.constexpr,
-    stride_cm: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-):
-    # K a multiple of BLOCK_K (the plan's shapes): no K masks.
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    pid_m, pid_n = _tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    offs_am = _load_offsets(pid_m, M, BLOCK_M)
-    offs_bn = _load_offsets(pid_n, N, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    per_split = tl.cdiv(k_tiles, SPLIT_K)
-    kt_start = pid_k * per_split
-    kt_end = tl.minimum(kt_start + per_split, k_tiles)
-    a_rows = a_ptr + offs_am[:, None] * stride_am
-    b_cols = b_ptr + offs_bn[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kt in range(kt_start, kt_end):
-        offs_kk = kt * BLOCK_K + offs_k
-        a = tl.load(a_rows + offs_kk[None, :] * stride_ak)
-        b = tl.load(b_cols + offs_kk[:, None] * stride_bk)
-        acc = tl.dot(a, b, acc)
-    _meet(acc, sum_ptr, counts_ptr, c_ptr, pid, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-          stride_cm, BLOCK_M, BLOCK_N, SPLIT_K)  # fmt: skip
 
 
 @triton.jit
@@ -233,13 +190,13 @@ def atomic_tma_kernel(
 
 
 def bind(a: Any, b: Any, out: Any, c: dict[str, Any], sms: int) -> Any:
-    """The launch of ``c``: a probe kernel for variants ``atomic``/``atomic_tma``, else the
+    """The launch of ``c``: a probe kernel for variants ``atomic_tma``/``tree``, else the
     template's ``bind``."""
     import torch
 
     if c["variant"] == "tree":
         return _bind_tree(a, b, out, c)
-    if c["variant"] not in ("atomic", "atomic_tma"):
+    if c["variant"] != "atomic_tma":
         from tunehub.kernels import triton_gemm_kernels as kernels
 
         return kernels.bind(a, b, None, out, config=c, num_sms=sms)
@@ -251,15 +208,10 @@ def bind(a: Any, b: Any, out: Any, c: dict[str, Any], sms: int) -> Any:
     counts = torch.zeros(tiles, dtype=torch.int32, device=a.device)
     kwargs = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=c["GROUP_M"], SPLIT_K=split,
                   num_warps=c["num_warps"], num_stages=c["num_stages"])  # fmt: skip
-    if c["variant"] == "atomic":
-        args = (a, b, out, sums, counts, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                b.stride(1), out.stride(0))  # fmt: skip
-        launch = Launch(atomic_kernel, (tiles, split), args, kwargs, out, counts)
-    else:
-        args = (_descriptor(a, [m, k], [a.stride(0), 1], [bm, bk]),
-                _descriptor(b.t(), [n, k], [b.stride(1), 1], [bn, bk]),
-                out, sums, counts, m, n, k, out.stride(0))  # fmt: skip
-        launch = Launch(atomic_tma_kernel, (tiles, split), args, kwargs, out, counts)
+    args = (_descriptor(a, [m, k], [a.stride(0), 1], [bm, bk]),
+            _descriptor(b.t(), [n, k], [b.stride(1), 1], [bn, bk]),
+            out, sums, counts, m, n, k, out.stride(0))  # fmt: skip
+    launch = Launch(atomic_tma_kernel, (tiles, split), args, kwargs, out, counts)
     launch.deterministic = False
     launch.zeroed = [sums]
     return launch
@@ -287,7 +239,7 @@ def _tree(bm: int, bn: int, bk: int, w: int, s: int, split: int) -> Any:
 
 
 def _atomic(bm: int, bn: int, bk: int, w: int, s: int, split: int, tma: bool = False) -> Any:
-    return config("atomic_tma" if tma else "atomic", bm, bn, bk, w, s, split=split)
+    return config("atomic_tma" if tma else "splitk_atomic", bm, bn, bk, w, s, split=split)
 
 
 PLAN: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {

@@ -218,6 +218,7 @@ def run_shape(
     from tunehub.kernels import gpu_reference as ref
     from tunehub.kernels import triton_gemm_kernels as kernels
     from tunehub.kernels.gpu_timing import time_gpu
+    from tunehub.kernels.triton_gemm_limits import bit_reproducible
 
     m, n, k = shape
     workload = Workload(m=m, n=n, k=k, dtype=dtype, b_layout="col_major")
@@ -264,10 +265,13 @@ def run_shape(
         if bound is None or bound.counts is None:
             continue
         # After every timed replay: the same bits as the first call (where the launch sums in
-        # a fixed order), counters and any accumulators it keeps zeroed at zero.
-        exact = getattr(bound, "deterministic", True)
+        # a fixed order), counters and any accumulators it keeps zeroed at zero (a probe's
+        # launch says so itself; the template's by its config, its sum being the workspace).
+        exact = getattr(bound, "deterministic", bit_reproducible(c.config))
         c.extra["repeatable"] = bool(torch.equal(out, first)) if exact else None
         zeroed = [bound.counts, *getattr(bound, "zeroed", ())]
+        if not exact and isinstance(bound, kernels.GemmLaunch) and bound.workspace is not None:
+            zeroed.append(bound.workspace)
         c.extra["counters_zero"] = not any(bool(t.any()) for t in zeroed)
         if not ((c.extra["repeatable"] or not exact) and c.extra["counters_zero"]):
             c.ok, c.note = False, f"not repeatable or counters left set: {c.extra}"
