@@ -107,9 +107,9 @@ step_tiles() {
 }
 
 step_atomic() {
-  # Split-K whose partials meet by fp32 atomics (benchmarks/gpu_atomic.py, its own kernels),
-  # beside the template's split-K, its pick and cuBLAS on the long-K shapes; then Nsight
-  # Compute on 256x256x65536.
+  # Split-K whose partials meet by fp32 atomics (benchmarks/gpu_atomic.py: the template's
+  # splitk_atomic and the probe's TMA-loaded and tree kernels), beside splitk, the search's
+  # pick and cuBLAS on the long-K shapes; then Nsight Compute on 256x256x65536.
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
   timeout 330 python3 benchmarks/gpu_atomic.py \
     --out "$OUT/gpu_atomic-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/atomic.log"

@@ -210,8 +210,9 @@ def run_shape(
     """Check each contender against a float64 reference, then time them in alternating
     rounds. ``binder(a, b, out, config, sms)`` makes a config's launch (default: the
     template's ``bind``); a launch with ``counts`` (tile counters) is checked to repeat its
-    bits (unless its ``deterministic`` is False: atomics sum in arrival order) and to leave the
-    counters, and the buffers it lists in ``zeroed``, at zero."""
+    bits (unless its ``deterministic`` is False, or its config not ``bit_reproducible``:
+    atomics sum in arrival order) and to leave the counters, the buffers it lists in
+    ``zeroed`` and an atomic split's sum at zero."""
     import torch
 
     from tunehub.core import Workload
