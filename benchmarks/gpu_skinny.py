@@ -22,11 +22,9 @@ column-major (a linear layer's weight).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from gpu_splitk import Contender, report_head, run_shape  # noqa: E402
+from gpu_splitk import Contender, report_head, run_shape, write_report  # noqa: E402
 
 from tunehub.kernels.triton_gemm_kernels import _descriptor, _tile_coords  # noqa: E402
 
@@ -315,17 +313,11 @@ def main() -> int:
             print(f"  {name(c):>30} {tf:7.1f} TFLOP/s  x cuBLAS {lib.secs() / c.secs():5.3f}  "
                   f"x pick {pick.secs() / c.secs():5.3f}  rounds [{rounds}]  "
                   f"{'' if c.ok else c.note[:200]}")  # fmt: skip
-        report["cases"].append({"shape": [m, n, k], "dtype": dtype, "contenders": [
-            {"name": name(c), "config": c.config, "ok": c.ok, "note": c.note,
-             "relative_error": c.relative_error, "round_secs": c.round_secs,
-             "tflops": flops / c.secs() / 1e12 if c.round_secs else None, **c.extra}
-            for c in contenders]})  # fmt: skip
+        report["cases"].append({"shape": [m, n, k], "dtype": dtype,
+                                "contenders": [c.record(flops, name=name(c))
+                                               for c in contenders]})  # fmt: skip
         torch.cuda.empty_cache()
-    report.update(date=datetime.now(UTC).isoformat(), wall_secs=time.monotonic() - start)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1, default=str))
-        print(f"# wrote {args.out}")
+    write_report(report, args.out, start)
     return 0
 
 

@@ -114,6 +114,20 @@ class Contender:
     def secs(self) -> float:
         return statistics.median(self.round_secs) if self.round_secs else math.inf
 
+    def record(self, flops: float, **labels: Any) -> dict[str, Any]:
+        """The contender as a probe's JSON keeps it: ``labels`` (its name, role), then its
+        config, check, round times and TFLOP/s at their median, and what else it measured."""
+        return {
+            **labels,
+            "config": self.config,
+            "ok": self.ok,
+            "note": self.note,
+            "relative_error": self.relative_error,
+            "round_secs": self.round_secs,
+            "tflops": flops / self.secs() / 1e12 if self.round_secs else None,
+            **self.extra,
+        }
+
 
 ROLES = ("one-kernel split-K", "two-kernel split-K", "non-split", "cuBLAS")
 
@@ -294,6 +308,16 @@ def report_head(benchmark: str, device: Any, rounds: int, min_secs: float) -> di
     }
 
 
+def write_report(report: dict[str, Any], out: Path | None, start: float) -> None:
+    """Stamp a probe's report with the date and its wall time since ``start`` (monotonic),
+    and write it to ``out`` as JSON where one is given."""
+    report.update(date=datetime.now(UTC).isoformat(), wall_secs=time.monotonic() - start)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1, default=str))
+        print(f"# wrote {out}")
+
+
 def best(contenders: list[Contender], role: str) -> Contender | None:
     found = [c for c in contenders if c.role == role and c.ok and c.round_secs]
     return min(found, key=Contender.secs) if found else None
@@ -432,21 +456,7 @@ def main() -> int:
         cases=[
             {
                 "shape": list(shape),
-                "contenders": [
-                    {
-                        "role": c.role,
-                        "config": c.config,
-                        "ok": c.ok,
-                        "note": c.note,
-                        "relative_error": c.relative_error,
-                        "round_secs": c.round_secs,
-                        "tflops": (
-                            2.0 * math.prod(shape) / c.secs() / 1e12 if c.round_secs else None
-                        ),
-                        **c.extra,
-                    }
-                    for c in contenders
-                ],
+                "contenders": [c.record(2.0 * math.prod(shape), role=c.role) for c in contenders],
             }
             for shape, contenders in done
         ],

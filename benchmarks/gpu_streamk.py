@@ -28,12 +28,10 @@ occupancy, memory, warp stalls) and writes its CSV and a summary to ``--out-dir`
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +41,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from gpu_splitk import Contender, precompile, report_head, run_shape  # noqa: E402
+from gpu_splitk import Contender, precompile, report_head, run_shape, write_report  # noqa: E402
 
 from tunehub.kernels.triton_gemm_kernels import (  # noqa: E402
     _descriptor,
@@ -412,20 +410,10 @@ def main() -> int:
             {
                 "shape": [m, n, k],
                 "dtype": dtype,
-                "contenders": [
-                    {"role": c.role, "name": name(c), "config": c.config, "ok": c.ok,
-                     "note": c.note, "relative_error": c.relative_error,
-                     "round_secs": c.round_secs,
-                     "tflops": flops / c.secs() / 1e12 if c.round_secs else None, **c.extra}
-                    for c in contenders
-                ],
+                "contenders": [c.record(flops, role=c.role, name=name(c)) for c in contenders],
             }
         )  # fmt: skip
-    report.update(date=datetime.now(UTC).isoformat(), wall_secs=time.monotonic() - start)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1, default=str))
-        print(f"# wrote {args.out}")
+    write_report(report, args.out, start)
     return 0
 
 

@@ -16,12 +16,10 @@ idle.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from gpu_splitk import Contender, precompile, report_head, run_shape  # noqa: E402
+from gpu_splitk import Contender, precompile, report_head, run_shape, write_report  # noqa: E402
 
 SHAPES = ["3000x1000x4000:float16", "1536x1536x1536:bfloat16", "1024x1024x1024:float16",
           "4096x4096x4096:float16", "2048x2048x2048:float16"]  # fmt: skip
@@ -150,19 +148,10 @@ def main() -> int:
             {
                 "shape": [m, n, k],
                 "dtype": dtype,
-                "contenders": [
-                    {"name": c.role, "config": c.config, "ok": c.ok, "note": c.note,
-                     "relative_error": c.relative_error, "round_secs": c.round_secs,
-                     "tflops": flops / c.secs() / 1e12 if c.round_secs else None, **c.extra}
-                    for c in contenders
-                ],
+                "contenders": [c.record(flops, name=c.role) for c in contenders],
             }
         )  # fmt: skip
-    report.update(date=datetime.now(UTC).isoformat(), wall_secs=time.monotonic() - start)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1, default=str))
-        print(f"# wrote {args.out}")
+    write_report(report, args.out, start)
     return 0
 
 
