@@ -498,7 +498,7 @@ def tune(
         session_for_job,
     )
     from tunehub.tuner import strategy_names as known_strategies
-    from tunehub.tuner.lookup import config_threads
+    from tunehub.tuner.lookup import LIBRARY_TIE, config_threads
     from tunehub.workers.local import LocalMeasurer
 
     workload = _workload(m, n, k, dtype, epilogue, a_layout, b_layout, allow_tf32)
@@ -670,7 +670,14 @@ def tune(
         f"({how})\n  {knobs}"
     )
     if baseline is not None and baseline.gflops is not None and speedup is not None:
-        verdict = "tunehub is faster" if speedup >= 1 else "the library is faster: use it"
+        # The lookup's rule: within LIBRARY_TIE of the library is a tie, and goes to it.
+        verdict = (
+            "tunehub is faster"
+            if speedup >= LIBRARY_TIE
+            else "a tie: use the library"
+            if speedup >= 1
+            else "the library is faster: use it"
+        )
         library = baseline_dict(baseline) or {}
         how = (
             f"on {config_threads(winner_config)} thread(s)"
