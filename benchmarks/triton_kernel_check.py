@@ -132,6 +132,8 @@ def label(c: dict[str, Any]) -> str:
         text += f" k{c['SPLIT_K']}"
     if "FLATTEN" in c:
         text += f" f{int(c['FLATTEN'])}"
+    if c.get("PAD_K"):
+        text += " padK"
     return text
 
 
@@ -186,12 +188,28 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         ("tiled", cfg("tiled", 192, 64, 32, 4, 3, group_m=4)),
         ("tma", cfg("tma", 192, 64, 32, 4, 3, group_m=4)),
         ("tma", cfg("tma", 64, 80, 32, 4, 3, group_m=4)),
+        ("tma", cfg("tma", 64, 144, 32, 4, 3, group_m=4)),
     ]
     for variant, c in matrix:
         for (dtype, tf32), layouts, epilogue in _product(dtypes, layout_pairs, tg.EPILOGUES):
             if tg.workload_problem(variant, 272, 336, 208, dtype, *layouts):
                 continue
             jobs.append(job("matrix", c, 272, 336, 208, dtype, epilogue, layouts, tf32))
+    # PAD_K: K = 211 leaves every dtype's rows along K unaligned; the padding launch copies A
+    # and B (a row-major or a column-major copy, zeros past K) before the GEMM.
+    padded = [
+        ("tma", cfg("tma", 64, 64, 32, 4, 3, group_m=4, PAD_K=True)),
+        ("tiled", cfg("tiled", 64, 64, 32, 4, 3, group_m=4, PAD_K=True)),
+    ]
+    for i, ((dtype, tf32), layouts, epilogue) in enumerate(
+        _product(dtypes, layout_pairs, tg.EPILOGUES)
+    ):
+        for variant, c in padded:
+            if variant == "tiled" and i % 4:
+                continue  # the pointer kernel on a quarter of them: the copy is the same
+            k = tg.padded_k(211, dtype)
+            if not tg.workload_problem(variant, 272, 336, k, dtype, *layouts):
+                jobs.append(job("padded", c, 272, 336, 211, dtype, epilogue, layouts, tf32))
     # Odd sizes for the pointer variants (no % 16 specialisation, ragged K): every dtype x
     # layout, epilogues rotated.
     for i, ((dtype, tf32), layouts) in enumerate(_product(dtypes, layout_pairs)):
@@ -245,12 +263,25 @@ def correctness_jobs(tg: Any) -> list[dict[str, Any]]:
         (cfg("tma", 64, 80, 128, 4, 6), 127, 5000, 2048),
         (cfg("tma", 64, 80, 128, 8, 4, FLATTEN=True), 1000, 3000, 776),
         (cfg("tma", 128, 80, 64, 8, 4, FLATTEN=False), 200, 104, 80),
+        # Composite columns 144 = 128 + 16 (1536^3's one wave of tiles) and 192 = 128 + 64.
+        (cfg("tma", 128, 144, 64, 4, 4), 1536, 1536, 1536),
+        (cfg("tma", 128, 144, 64, 8, 4, FLATTEN=True), 200, 300, 80),
+        (cfg("tma", 64, 144, 128, 4, 4), 127, 5000, 2048),
+        (cfg("tma", 128, 192, 64, 4, 4), 1000, 3000, 776),
+        (cfg("tma", 128, 192, 64, 8, 3, FLATTEN=True), 300, 200, 208),
+        # PAD_K on the suites' odd shapes, and one row of A (a 2-row block, one row copied).
+        (cfg("tma", 128, 256, 32, 8, 4, group_m=16, FLATTEN=True, PAD_K=True), 1000, 3000, 777),
+        (cfg("tma", 128, 192, 64, 8, 3, FLATTEN=True, PAD_K=True), 1000, 3000, 777),
+        (cfg("tma", 128, 128, 64, 4, 4, group_m=16, FLATTEN=True, PAD_K=True), 333, 4444, 1111),
+        (cfg("tiled", 128, 128, 64, 8, 4, PAD_K=True), 1000, 3000, 777),
+        (cfg("persistent", 64, 128, 64, 4, 4, FLATTEN=True, PAD_K=True), 1, 256, 777),
     ]
     for c, m, n, k in edge:
         for epilogue in ("none", "bias_gelu"):
             for dtype, layouts in (("float16", ("row", "col")), ("bfloat16", ("col", "row"))):
                 # e.g. a column-major A of 127 rows: no TMA descriptor takes it.
-                if not tg.workload_problem(c["variant"], m, n, k, dtype, *layouts):
+                kk = tg.padded_k(k, dtype) if c.get("PAD_K") else k
+                if not tg.workload_problem(c["variant"], m, n, kk, dtype, *layouts):
                     jobs.append(job("edge", c, m, n, k, dtype, epilogue, layouts))
     return jobs
 
@@ -823,6 +854,12 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], help="phases to skip")
     parser.add_argument("--variants", nargs="*", default=[], help="only these variants")
     parser.add_argument(
+        "--match",
+        nargs="*",
+        default=[],
+        help="only configs whose label contains one of these (e.g. padK 'x144x')",
+    )
+    parser.add_argument(
         "--case-secs",
         type=float,
         default=0.0,
@@ -867,6 +904,9 @@ def main() -> None:
     if args.variants:
         correct = [s for s in correct if s["config"]["variant"] in args.variants]
         timing = [s for s in timing if s["config"]["variant"] in args.variants]
+    if args.match:
+        correct = [s for s in correct if any(w in label(s["config"]) for w in args.match)]
+        timing = [s for s in timing if any(w in label(s["config"]) for w in args.match)]
     specs = correct + timing
     print(f"precompiling {len(specs)} problems on {args.workers} processes", flush=True)
     built, secs = precompile_all(specs, capability, num_sms, args.workers)

@@ -431,7 +431,7 @@ class TritonGemmTemplate(Template):
                 allow_tf32=workload.allow_tf32,
                 m=workload.m,
                 n=workload.n,
-                k=padded_k(workload) if request.config.get("PAD_K") else workload.k,
+                k=workload.k,
                 a_layout=LAYOUT[workload.a_layout],
                 b_layout=LAYOUT[workload.b_layout],
                 capability=capability_of(target),
@@ -537,10 +537,8 @@ class TritonGemmTemplate(Template):
 
 def kernel_config(config: Config) -> dict[str, Any]:
     """The config as the kernels take it: ``FLATTEN`` means nothing to ``tiled`` and the
-    one-kernel split-Ks (the space spells it False there), so it is left out, and ``PAD_K`` is
-    the template's, not theirs."""
+    split-K variants (the space spells it False there), so it is left out."""
     data = config.to_dict()
-    data.pop("PAD_K", None)
     if data.get("variant") in limits.SPLIT_K_VARIANTS:
         data.pop("FLATTEN", None)
     return data
@@ -548,8 +546,7 @@ def kernel_config(config: Config) -> dict[str, Any]:
 
 def padded_k(workload: Workload) -> int:
     """K rounded up so a row of K elements is a multiple of 16 bytes."""
-    per = 16 // limits.ELEMENT_BYTES[_kernel_dtype(workload)]
-    return -(-workload.k // per) * per
+    return limits.padded_k(workload.k, _kernel_dtype(workload))
 
 
 def needs_padding(workload: Workload) -> bool:
@@ -561,28 +558,11 @@ def needs_padding(workload: Workload) -> bool:
 def gemm_call(
     kernels: Any, ops: Any, workload: Workload, config: Config, num_sms: int | None
 ) -> Any:
-    """A callable computing ``ops.out`` with ``config`` (a bound launch; with ``PAD_K``, the
-    copies of A and B into K-padded buffers first, zero beyond K, as part of every call)."""
-    import torch
-
-    a, b = ops.a, ops.b
-    copies: list[tuple[Any, Any]] = []
-    if config.get("PAD_K"):
-        k, kp = workload.k, padded_k(workload)
-        m, n = workload.m, workload.n
-        if workload.a_layout == "row_major":
-            a_pad = torch.zeros((m, kp), dtype=a.dtype, device=a.device)
-        else:
-            a_pad = torch.zeros((kp, m), dtype=a.dtype, device=a.device).t()
-        if workload.b_layout == "row_major":
-            b_pad = torch.zeros((kp, n), dtype=b.dtype, device=b.device)
-        else:
-            b_pad = torch.zeros((n, kp), dtype=b.dtype, device=b.device).t()
-        copies = [(a_pad[:, :k], a), (b_pad[:k, :], b)]
-        a, b = a_pad, b_pad
-    launch = kernels.bind(
-        a,
-        b,
+    """A callable computing ``ops.out`` with ``config`` (a bound launch; with ``PAD_K``, its
+    first kernel copies A and B into K-padded buffers, every call)."""
+    return kernels.bind(
+        ops.a,
+        ops.b,
         ops.bias,
         ops.out,
         epilogue=workload.epilogue,
@@ -590,15 +570,6 @@ def gemm_call(
         config=kernel_config(config),
         num_sms=num_sms,
     )
-    if not copies:
-        return launch
-
-    def padded_call() -> Any:
-        for dst, src in copies:
-            dst.copy_(src)
-        return launch()
-
-    return padded_call
 
 
 def _kernel_dtype(workload: Workload) -> str:

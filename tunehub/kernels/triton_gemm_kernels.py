@@ -90,6 +90,7 @@ from tunehub.kernels.triton_gemm_limits import (
     dtype_name,
     dtype_problem,
     flatten,
+    padded_k,
     regs_per_thread,
     smem_bytes,
     splitk_workspace_elems,
@@ -291,6 +292,72 @@ def _splitk_reduce_kernel(
         ptrs += M * N
     acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
     _store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm)
+
+
+@triton.jit
+def _pad_block(
+    src,
+    dst,
+    pid,
+    SRC_ROWS: tl.constexpr,
+    SRC_COLS: tl.constexpr,
+    SRC_LD: tl.constexpr,
+    DST_ROWS: tl.constexpr,
+    DST_COLS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    # One BLOCK_R x BLOCK_C block of a padded operand: rows of SRC_COLS contiguous elements,
+    # SRC_LD apart, into rows of DST_COLS (dense, 16-byte multiples), zeros where the source
+    # has no element (columns past SRC_COLS, rows past SRC_ROWS). Whole padded rows are
+    # written, so the stores vectorise and the buffer needs no clearing first; the loads of an
+    # unaligned row are element-wide but coalesced.
+    col_blocks: tl.constexpr = (DST_COLS + BLOCK_C - 1) // BLOCK_C
+    rows = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = (pid % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    values = tl.load(
+        src + rows[:, None] * SRC_LD + cols[None, :],
+        mask=(rows[:, None] < SRC_ROWS) & (cols[None, :] < SRC_COLS),
+        other=0.0,
+    )
+    tl.store(
+        dst + rows[:, None] * DST_COLS + cols[None, :],
+        values,
+        mask=(rows[:, None] < DST_ROWS) & (cols[None, :] < DST_COLS),
+    )
+
+
+@triton.jit
+def _pad_k_kernel(
+    a_ptr,
+    a_pad_ptr,
+    b_ptr,
+    b_pad_ptr,
+    A_ROWS: tl.constexpr,
+    A_COLS: tl.constexpr,
+    A_LD: tl.constexpr,
+    A_DST_ROWS: tl.constexpr,
+    A_DST_COLS: tl.constexpr,
+    A_BLOCK_R: tl.constexpr,
+    A_BLOCK_C: tl.constexpr,
+    A_BLOCKS: tl.constexpr,
+    B_ROWS: tl.constexpr,
+    B_COLS: tl.constexpr,
+    B_LD: tl.constexpr,
+    B_DST_ROWS: tl.constexpr,
+    B_DST_COLS: tl.constexpr,
+    B_BLOCK_R: tl.constexpr,
+    B_BLOCK_C: tl.constexpr,
+):
+    # ``PAD_K``: A and B into their K-padded buffers in one launch (the first A_BLOCKS
+    # programs copy A, the rest B), so the GEMM after it reads 16-byte aligned rows.
+    pid = tl.program_id(0)
+    if pid < A_BLOCKS:
+        _pad_block(a_ptr, a_pad_ptr, pid, A_ROWS, A_COLS, A_LD, A_DST_ROWS, A_DST_COLS,
+                   A_BLOCK_R, A_BLOCK_C)  # fmt: skip
+    else:
+        _pad_block(b_ptr, b_pad_ptr, pid - A_BLOCKS, B_ROWS, B_COLS, B_LD, B_DST_ROWS,
+                   B_DST_COLS, B_BLOCK_R, B_BLOCK_C)  # fmt: skip
 
 
 @triton.jit
@@ -766,6 +833,66 @@ def _descriptor(base: Any, shape: list[int], strides: list[int], block: list[int
     return TensorDescriptor(base, shape, strides, block)
 
 
+# Elements one program of the padding copy moves.
+_PAD_BLOCK_ELEMS = 4096
+
+
+def _pad_operand(
+    rows: int, cols: int, layout: str, ld: int, padded_rows: int, padded_cols: int
+) -> dict[str, int]:
+    """``_pad_block``'s constants for one operand of ``rows`` x ``cols`` in ``layout`` whose
+    leading dimension is ``ld``, padded to ``padded_rows`` x ``padded_cols``: a row-major
+    operand is copied row by row, a column-major one as its row-major transpose."""
+    if layout == "col":
+        rows, cols, padded_rows, padded_cols = cols, rows, padded_cols, padded_rows
+    block_c = max(16, min(1024, triton.next_power_of_2(padded_cols)))
+    block_r = max(2, min(_PAD_BLOCK_ELEMS // block_c, triton.next_power_of_2(padded_rows)))
+    return {
+        "ROWS": rows,
+        "COLS": cols,
+        "LD": ld,
+        "DST_ROWS": padded_rows,
+        "DST_COLS": padded_cols,
+        "BLOCK_R": block_r,
+        "BLOCK_C": block_c,
+    }
+
+
+def _pad_launch(
+    m: int,
+    n: int,
+    k: int,
+    kp: int,
+    a_spec: tuple[str, int, int],
+    b_spec: tuple[str, int, int],
+    ptrs: tuple[Any, Any, Any, Any],
+) -> _Launch:
+    """The ``PAD_K`` launch: A (M x K) and B (K x N), each ``(layout, stride0, stride1)``,
+    into dense buffers of the same layouts with K padded to ``kp`` (``ptrs``: a, a_pad, b,
+    b_pad). The one place ``bind`` and ``precompile`` get its arguments from."""
+    a_layout, sam, sak = a_spec
+    b_layout, sbk, sbn = b_spec
+    a_ops = _pad_operand(m, k, a_layout, sak if a_layout == "col" else sam, m, kp)
+    b_ops = _pad_operand(k, n, b_layout, sbn if b_layout == "col" else sbk, kp, n)
+    blocks = {}
+    for name, ops in (("A", a_ops), ("B", b_ops)):
+        blocks[name] = triton.cdiv(ops["DST_ROWS"], ops["BLOCK_R"]) * triton.cdiv(
+            ops["DST_COLS"], ops["BLOCK_C"]
+        )
+    kwargs: dict[str, Any] = {f"A_{key}": value for key, value in a_ops.items()}
+    kwargs.update({f"B_{key}": value for key, value in b_ops.items()})
+    kwargs.update(A_BLOCKS=blocks["A"], num_warps=4, num_stages=1)
+    return _Launch(_pad_k_kernel, (blocks["A"] + blocks["B"],), ptrs, kwargs)
+
+
+def _padded_buffer(rows: int, cols: int, layout: str, like: torch.Tensor) -> torch.Tensor:
+    """A dense ``rows`` x ``cols`` buffer of ``layout`` (column-major: a transposed row-major
+    one), ``like``'s dtype and device, left unwritten: the padding launch writes all of it."""
+    if layout == "col":
+        return torch.empty((cols, rows), dtype=like.dtype, device=like.device).t()
+    return torch.empty((rows, cols), dtype=like.dtype, device=like.device)
+
+
 def _checked_config(config: Mapping[str, Any], dtype: str) -> dict[str, Any]:
     problem = config_problem(config, dtype, {"interpreter": True})
     if problem:
@@ -861,6 +988,19 @@ def bind(
     for what, t in (("a", a), ("b", b), ("out", out)):
         if t.numel() > _INT32_MAX:
             raise ValueError(f"{what} has {t.numel()} elements: the kernels index with int32")
+    pad: list[_Launch] = []
+    kp = padded_k(k, name)
+    if cfg.get("PAD_K") and kp != k:
+        # The GEMM runs on K-padded copies (zeros past K) that one launch fills each call.
+        if max(m, n) * kp > _INT32_MAX:
+            raise ValueError(f"K padded to {kp}: over {_INT32_MAX} elements, past int32")
+        a_pad = _padded_buffer(m, kp, a_layout, a)
+        b_pad = _padded_buffer(kp, n, b_layout, b)
+        specs = ((a_layout, sam, sak), (b_layout, sbk, sbn))
+        pad.append(_pad_launch(m, n, k, kp, *specs, (a, a_pad, b, b_pad)))
+        a, b, k = a_pad, b_pad, kp
+        a_layout, sam, sak = _canonical(m, k, (a.stride(0), a.stride(1)), "a")
+        b_layout, sbk, sbn = _canonical(k, n, (b.stride(0), b.stride(1)), "b")
     if cfg["variant"] == "ws":
         layout_problem = _ws_layout_problem(name, a_layout, b_layout)
         if layout_problem:
@@ -893,7 +1033,7 @@ def bind(
     problem = _Problem(
         m, n, k, name, epilogue, allow_tf32, (sam, sak), (sbk, sbn), a_layout, b_layout
     )
-    launches = _launches(problem, cfg, (a, b, out, bias, workspace, counts), num_sms)
+    launches = pad + _launches(problem, cfg, (a, b, out, bias, workspace, counts), num_sms)
     return GemmLaunch(
         out, tuple(launches), workspace, needs_allocator=cfg["variant"] == "ws", counts=counts
     )
@@ -1096,9 +1236,11 @@ def precompile(
 
     name = dtype_name(dtype)
     cfg = _checked_config(config, name)
+    kp = padded_k(k, name)
+    pad = bool(cfg.get("PAD_K")) and kp != k
     problem_text = variant_problem(cfg["variant"], capability) or dtype_problem(name, capability)
     problem_text = problem_text or workload_problem(
-        cfg["variant"], m, n, k, name, a_layout, b_layout
+        cfg["variant"], m, n, kp if pad else k, name, a_layout, b_layout
     )
     if problem_text:
         raise ValueError(problem_text)
@@ -1106,11 +1248,23 @@ def precompile(
         raise ValueError(f"unknown epilogue {epilogue!r}")
     if cfg["variant"] in _PERSISTENT_VARIANTS and num_sms is None:
         raise ValueError(f"variant {cfg['variant']!r} needs num_sms (the device's SM count)")
+    torch_dtype = _TORCH_DTYPES[name]
+    out_dtype = _TORCH_DTYPES[OUT_DTYPE[name]]
+    launches: list[_Launch] = []
+    if pad:
+        # What ``bind`` launches first: the copy into K-padded buffers of the same layouts.
+        launches.append(
+            _pad_launch(
+                m, n, k, kp,
+                _canonical(m, k, _dense_strides(m, k, a_layout), "a"),
+                _canonical(k, n, _dense_strides(k, n, b_layout), "b"),
+                tuple(_FakeTensor(torch_dtype) for _ in range(4)),  # type: ignore[arg-type]
+            )
+        )  # fmt: skip
+        k = kp
     a_lay, sam, sak = _canonical(m, k, _dense_strides(m, k, a_layout), "a")
     b_lay, sbk, sbn = _canonical(k, n, _dense_strides(k, n, b_layout), "b")
     problem = _Problem(m, n, k, name, epilogue, allow_tf32, (sam, sak), (sbk, sbn), a_lay, b_lay)
-    torch_dtype = _TORCH_DTYPES[name]
-    out_dtype = _TORCH_DTYPES[OUT_DTYPE[name]]
     ptrs = (
         _FakeTensor(torch_dtype),
         _FakeTensor(torch_dtype),
@@ -1129,7 +1283,7 @@ def precompile(
     listener = triton.knobs.compilation.listener
     triton.knobs.compilation.listener = record
     try:
-        for launch in _launches(problem, cfg, ptrs, num_sms or 1):
+        for launch in launches + _launches(problem, cfg, ptrs, num_sms or 1):
             hits.clear()
             start = time.perf_counter()
             compiled, launcher = _compile_like_jit(

@@ -43,8 +43,10 @@ TOLERANCE: dict[str, float] = {
     "float8_e4m3fn": 6e-2,
 }
 
-# Optional knobs and their defaults per variant; a space may leave them out.
-OPTIONAL_CONFIG_KEYS: tuple[str, ...] = ("FLATTEN",)
+# Optional knobs and their defaults per variant; a space may leave them out. ``PAD_K``: copy
+# A and B into buffers whose rows along K are 16-byte aligned (one launch before the GEMM's),
+# so TMA and vectorised loads work where K's rows are not (K = 777 in fp16).
+OPTIONAL_CONFIG_KEYS: tuple[str, ...] = ("FLATTEN", "PAD_K")
 _FLATTEN_DEFAULT = {"persistent": False, "tma": True, "ws": False}
 
 SPLIT_K_VARIANTS = ("tiled", "splitk", "splitk_atomic")
@@ -85,14 +87,24 @@ _COMPOSITE_VARIANTS = ("tiled", "tma")
 # 127x5000x2048 with 64x80 tiles (126 for 132 SMs where 64x128 makes 80); on the H100, 64x80
 # through TMA with 6 stages ran it 1.04x faster than the search's 64x128 pick
 # (benchmarks/results/gpu_skinny-h100-20261125T051002-deep.log).
-COMPOSITE_BLOCK_NS: tuple[int, ...] = (80,)
-_COMPOSITE_REST = {96: 32, 192: 64, 80: 16}
+# cuBLAS's tile for 1536^3 is 128x144 in our orientation (its kernel name's first edge runs
+# along our N): 132 tiles, one full wave, where 128x128 makes 144 and 128x256 72; 144 = 128 +
+# 16 columns keeps wgmma's 64-row M whole (a 144-row M-composite did not, and lost). 192 = 128
+# + 64 columns: 128 tiles of 1000x3000 where 128x256 makes 96.
+COMPOSITE_BLOCK_NS: tuple[int, ...] = (80, 144, 192)
+_COMPOSITE_REST = {96: 32, 192: 64, 80: 16, 144: 16}
 
 
 def composite_rest(edge: int) -> int:
-    """Rows (columns) of a composite tile edge's second block: 64 of 192, 32 of 96, 16 of 80;
-    0 for a power of two."""
+    """Rows (columns) of a composite tile edge's second block: 64 of 192, 32 of 96, 16 of 80
+    and of 144; 0 for a power of two."""
     return _COMPOSITE_REST.get(edge, 0)
+
+
+def padded_k(k: int, dtype: Any) -> int:
+    """K rounded up so a row of K elements is a multiple of 16 bytes (what ``PAD_K`` pads to)."""
+    per = 16 // ELEMENT_BYTES[dtype_name(dtype)]
+    return -(-k // per) * per
 
 
 def variants() -> tuple[str, ...]:
@@ -356,6 +368,10 @@ def config_problem(
             return f"FLATTEN={config['FLATTEN']!r} must be a bool"
         if variant not in _PERSISTENT_VARIANTS:
             return f"FLATTEN applies to the persistent variants, not {variant!r}"
+    if "PAD_K" in config and (
+        not isinstance(config["PAD_K"], bool | int) or config["PAD_K"] not in (0, 1)
+    ):
+        return f"PAD_K={config['PAD_K']!r} must be a bool"
     if variant == "ws":
         # Each a case where Triton 3.6 on sm_90 drops warp specialisation without a word,
         # trips a compiler assertion (which can abort the build process) or computes NaN.
