@@ -7,6 +7,8 @@
 #   bash benchmarks/gpu_run.sh streamk                # stream-K probe: timings, Nsight Compute
 #   bash benchmarks/gpu_run.sh tiles check_variant    # chosen configs vs cuBLAS; VARIANT's checks
 #   bash benchmarks/gpu_run.sh atomic                 # split-K by fp32 atomics: probe timings
+#   bash benchmarks/gpu_run.sh padk                   # PAD_K: one padding launch vs two copies
+#   MATCH="padK x144x" bash benchmarks/gpu_run.sh check_match   # check cases whose label matches
 #   bash benchmarks/gpu_run.sh bench "4096x4096x4096 16x4096x4096" [trials]
 #   bash benchmarks/gpu_run.sh dataset "square_4096 odd_1000x3000x777" [deadline secs]
 #     (DATASET_ARGS="--configs 500" to sample fewer configs a workload)
@@ -118,6 +120,26 @@ step_atomic() {
     --ncu "$OUT/gpu_atomic_ncu-$(date -u +%Y%m%dT%H%M%S).csv" | tee -a "$OUT/atomic.log"
 }
 
+step_padk() {
+  # PAD_K on the odd-K shapes (benchmarks/gpu_padk.py): the template's one padding launch, the
+  # two torch copies it replaced and a GEMM on operands padded once, beside cuBLAS; profiled.
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+  timeout 330 python3 benchmarks/gpu_padk.py --budget-secs 280 \
+    --out "$OUT/gpu_padk-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/padk.log"
+  echo "gpu_padk rc=${PIPESTATUS[0]}"
+}
+
+step_check_match() {
+  # The check matrix's cases whose config label contains one of MATCH's words.
+  mkdir -p "$OUT/check_match"
+  timeout 200 python3 benchmarks/triton_kernel_check.py --out "$OUT/check_match" \
+    --budget-secs 300 --skip timing xproc --match ${MATCH:-padK} --case-secs 20 \
+    >"$OUT/check_match/run.log" 2>&1
+  echo "check match rc=$?"
+  grep -v '^case' "$OUT/check_match/run.log" | tail -8
+  (cd "$OUT" && tar czf check_match.tgz check_match && rm -rf check_match)
+}
+
 step_check_variant() {
   # One variant's part of the check matrix (VARIANT=tma ...), with check's hang guard.
   local v="${VARIANT:-tma}"
@@ -147,7 +169,8 @@ step_dataset() {
 }
 
 case "${1:-}" in
-  smoke|service|check|check_variant|splitk|waves|streamk|tiles|atomic) for s in "$@"; do "step_$s"; done ;;
+  smoke|service|check|check_variant|check_match|splitk|waves|streamk|tiles|atomic|padk)
+    for s in "$@"; do "step_$s"; done ;;
   bench) step_bench "$2" "${3:-64}" ;;
   dataset) step_dataset "$2" "${3:-420}" ;;
   *) sed -n 2,8p "$0"; exit 2 ;;
