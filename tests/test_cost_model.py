@@ -88,7 +88,7 @@ def test_triton_features_count_tiles_waves_and_shared_memory() -> None:
 
 def test_triton_features_tell_one_kernel_split_k_from_two() -> None:
     fs = feature_set("triton.gemm")
-    assert fs.version == 5
+    assert fs.version == 6
     workload = Workload(m=250, n=250, k=65536, dtype="float16")
     base = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4,
             "num_stages": 5}  # fmt: skip
@@ -112,6 +112,12 @@ def test_triton_features_tell_one_kernel_split_k_from_two() -> None:
     assert col["split_k_bytes_per_flop"][2] == 0.0
     # The atomic split adds 8 partials into one C in L2, then reads and zeroes it once.
     assert col["split_k_bytes_per_flop"][3] == pytest.approx(10 * 250 * 250 * 4 / flops)
+    # PAD_K adds one launch (its padding copy of A and B) where K's rows are unaligned.
+    odd = Workload(m=100, n=300, k=777, dtype="float16", b_layout="col_major")
+    plain = {**base, "variant": "tma", "SPLIT_K": 1, "FLATTEN": False}
+    padded = fs.matrix(odd, H100, [Config({**plain, "PAD_K": p}) for p in (False, True)])
+    launches = padded[:, fs.names.index("kernel_launches")].tolist()
+    assert launches == [1.0, 2.0]
 
 
 def test_a_template_without_features_gets_generic_ones() -> None:

@@ -54,9 +54,10 @@ from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 # 192: a composite tile (a 128- and a 64-row block, ``tiled`` and ``tma`` without split-K),
 # for shapes whose power-of-two tiles leave SMs idle (triton_gemm_limits.COMPOSITE_BLOCK_MS).
 BLOCK_MS = (16, 32, 64, 128, 192, 256)
-# 80: a composite tile edge (a 64- and a 16-column block, ``tma`` only), for skinny products
-# whose power-of-two tiles leave SMs idle (triton_gemm_limits.COMPOSITE_BLOCK_NS).
-BLOCK_NS = (32, 64, 80, 128, 256)
+# 80, 144, 192: composite tile edges (a 64- and a 16-, a 128- and a 16-, a 128- and a
+# 64-column block, ``tma`` only), for products whose power-of-two tiles leave SMs idle
+# (triton_gemm_limits.COMPOSITE_BLOCK_NS).
+BLOCK_NS = (32, 64, 80, 128, 144, 192, 256)
 BLOCK_KS = (32, 64, 128, 256)
 GROUP_MS = (1, 4, 8, 16)
 WARPS = (4, 8)
@@ -145,8 +146,10 @@ class TritonGemmTemplate(Template):
     # host, Inductor's and Triton's tile lists among the seeds (same knobs, faster kernels:
     # records of version 1 time other code). The ``splitk`` and ``splitk_atomic`` variants
     # (and the composite tiles) only added points: every config spelled before them still
-    # times the same code, so records of version 2 stand.
-    version = 2
+    # times the same code, so records of version 2 stand. 3: ``PAD_K`` pads in one launch
+    # (it was two copies: 1.36x faster at the same tile on 1000x3000x777), so records of
+    # version 2 timed slower code for every padded config.
+    version = 3
     device_kind = "cuda"
     baseline_template = "torch.matmul"
     # The slowest kernel worth waiting for: 50 GFLOP/s is far below any sane GPU config.
@@ -332,16 +335,26 @@ class TritonGemmTemplate(Template):
 
         small_m = _pow2_at_least(m, 16)
         tiles_64 = math.ceil(m / 64) * math.ceil(n / 64)
+        # 128x192 tiles (a 128- and a 64-column block through TMA) where they fill a wave much
+        # better than 128x256: 128 tiles of 1000x3000 for 132 SMs where 128x256 makes 96.
+        fill_n192 = _wave_fill(m, n, 128, 192, sms)
+        wide_n = fill_n192 >= 0.9 and fill_n192 > _wave_fill(m, n, 128, 256, sms) + 0.1
         if "tma" not in self.variants(workload, target):
-            # Rows not 16-byte aligned (e.g. K = 777 in fp16): no TMA, no vectorised loads;
-            # only 128x128x64 w8 s4 kept up with cuBLAS without spilling on the H100. Padding
-            # K (copying A and B into aligned buffers each call) brings TMA back.
-            yield c("persistent", 128, 128, 64, 8, 4, flat=True)
-            yield c("tiled", 128, 128, 64, 8, 4)
+            # Rows not 16-byte aligned (e.g. K = 777 in fp16): no TMA, no vectorised loads.
+            # Padding K (one launch copying A and B into aligned buffers each call) brings TMA
+            # back, and ran 1000x3000x777 1.8x faster than the best unpadded config of its
+            # dataset on the H100: 128x192x64 w4 s4 3.1x cuBLAS, 128x256x32 3.0x
+            # (benchmarks/results/gpu_padk-h100-20261125T163201.json).
             if needs_padding(workload):
+                if wide_n:
+                    yield c("tma", 128, 192, 64, 4, 4, pad=True)
                 yield c("tma", 128, 256, wide_k, 8, 3, group=16, pad=True)
+                yield c("tma", 128, 128, 64, 4, 4, group=16, flat=True, pad=True)
                 yield c("tma", 128, 128, 64, 8, 4, pad=True)
                 yield c("tiled", 128, 128, 64, 8, 4, pad=True)
+            # Unpadded, only 128x128x64 w8 s4 kept up with cuBLAS without spilling.
+            yield c("persistent", 128, 128, 64, 8, 4, flat=True)
+            yield c("tiled", 128, 128, 64, 8, 4)
         if m <= 64:
             # Memory-bound skinny products: short, deep tiles (16x64x256 s4 led at M=16).
             yield c("tiled", min(small_m, 64), 64, 256, 4, 4)
@@ -375,6 +388,14 @@ class TritonGemmTemplate(Template):
             # pick on the H100 with 6 stages of BLOCK_K 128
             # (benchmarks/results/gpu_skinny-h100-20261125T051002-deep.log).
             yield c("tma", 64, 80, 128, 4, 6)
+        if wide_n:
+            yield c("tma", 128, 192, 64, 4, 4)
+        if math.ceil(m / 64) * math.ceil(n / 128) <= sms and _wave_fill(m, n, 64, 128, sms) >= 0.9:
+            # One wave of 64x128 tiles where 128x256 leaves most SMs idle (1024^3: 128 tiles
+            # against 32): tma 64x128x128 w4 s4 g1 ran 1024^3 at 0.99x cuBLAS on the H100
+            # (benchmarks/results/gpu_tiles-h100-20261125T163329.json; 1.02-1.04x in the
+            # searches that found it), the search's tiled picks 0.93x.
+            yield c("tma", 64, 128, 128, 4, 4, group=1)
         fill_192 = _wave_fill(m, n, 192, 128, sms)
         if fill_192 >= 0.7 and fill_192 > _wave_fill(m, n, 128, 256, sms) + 0.1:
             # The 128x256 tiles leave SMs idle that 192x128 ones fill (cuBLAS's tile for
