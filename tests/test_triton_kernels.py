@@ -255,6 +255,16 @@ def test_composite_columns_through_descriptors(
             assert_close(err, dtype)
 
 
+@pytest.mark.parametrize("bn", [144, 192])
+@pytest.mark.parametrize("layouts", [("row", "col"), ("col", "row")], ids="x".join)
+def test_composite_columns_of_a_128_block(bn: int, layouts: tuple[str, str]) -> None:
+    # 144 = 128 + 16 and 192 = 128 + 64 columns: of 304, the last tile's first block holds 16
+    # (144) or 112 (192) columns and its second block none.
+    cfg = config("tma", bm=16, bn=bn, bk=32)
+    for dtype, epilogue in (("float16", "bias_gelu"), ("bfloat16", "none")):
+        assert_close(run(24, 304, 48, cfg, dtype, epilogue, layouts, num_sms=2), dtype)
+
+
 @pytest.mark.parametrize(
     ("m", "n", "k"),
     [
@@ -274,6 +284,47 @@ def test_composite_tile_through_descriptors(
         for dtype, epilogue in (("float16", "bias_gelu"), ("float32", "none")):
             err = run(m, n, k, cfg, dtype, epilogue, layouts, num_sms=2)
             assert_close(err, dtype)
+
+
+@pytest.mark.parametrize("layouts", LAYOUT_PAIRS, ids="x".join)
+def test_pad_k_copies_the_operands_in_one_launch(layouts: tuple[str, str]) -> None:
+    # K = 37 leaves every dtype's rows along K unaligned. PAD_K: one launch copies A and B into
+    # buffers with K padded (whole rows, zeros past K), then the GEMM runs on them.
+    m, n, k = 40, 48, 37
+    gen = torch.Generator().manual_seed(11)
+    for variant in ("tma", "tiled", "persistent"):
+        cfg = config(variant, PAD_K=True)
+        for dtype, epilogue in (
+            ("float16", "bias"),
+            ("bfloat16", "bias_relu"),
+            ("float32", "none"),
+        ):
+            kp = tg.padded_k(k, dtype)
+            if tg.workload_problem(variant, m, n, kp, dtype, *layouts):
+                continue
+            a, b = operand(m, k, layouts[0], dtype, gen), operand(k, n, layouts[1], dtype, gen)
+            out_dtype = getattr(torch, tg.OUT_DTYPE[dtype])
+            bias = None if epilogue == "none" else torch.randn(n, generator=gen).to(out_dtype)
+            out = torch.full((m, n), float("nan"), dtype=out_dtype)
+            bound = tg.bind(a, b, bias, out, epilogue=epilogue, config=cfg, num_sms=2)
+            assert [x.kernel for x in bound.launches[:1]] == [tg._pad_k_kernel]
+            a_pad, b_pad = bound.launches[0].args[1], bound.launches[0].args[3]
+            a_pad.fill_(float("nan"))  # every element must be written, zeros included
+            b_pad.fill_(float("nan"))
+            bound()
+            assert tuple(a_pad.shape) == (m, kp) and tuple(b_pad.shape) == (kp, n)
+            assert torch.equal(a_pad[:, :k], a) and not a_pad[:, k:].any()
+            assert torch.equal(b_pad[:k], b) and not b_pad[k:].any()
+            err = tg.relative_error(out, tg.reference(a, b, bias, epilogue))
+            assert_close(err, dtype)
+
+
+def test_pad_k_where_k_is_aligned_pads_nothing() -> None:
+    a, b = torch.randn(8, 32).half(), torch.randn(32, 16).half()
+    out = torch.empty(8, 16, dtype=torch.half)
+    bound = tg.bind(a, b, None, out, config=config("tiled", bm=16, PAD_K=True))
+    assert [x.kernel for x in bound.launches] == [tg._gemm_tiled_kernel]
+    assert "PAD_K=2" in (tg.config_problem(config("tiled", PAD_K=2), "float16", H100) or "")
 
 
 @pytest.mark.parametrize(
@@ -718,6 +769,17 @@ def test_precompile_takes_host_side_tma_descriptors(tmp_path: Path) -> None:
     result = _precompile_in_a_process(tmp_path, config, (64, 96, 96))
     assert [hit for hit, _, _ in result["first"]] == [False]
     assert [hit for hit, _ in result["second"]] == [True]
+    assert result["launch_keys"] == [key for _, _, key in result["first"]]
+
+
+def test_precompile_of_pad_k(tmp_path: Path) -> None:
+    # The padding launch, then the GEMM at the padded K (77 -> 80): both compiled, and the
+    # launch on real tensors asks for exactly those binaries.
+    config = dict(variant="tma", BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4,
+                  num_stages=3, SPLIT_K=1, FLATTEN=True, PAD_K=True)  # fmt: skip
+    result = _precompile_in_a_process(tmp_path, config, (64, 96, 77))
+    assert [hit for hit, _, _ in result["first"]] == [False, False]
+    assert [hit for hit, _ in result["second"]] == [True, True]
     assert result["launch_keys"] == [key for _, _, key in result["first"]]
 
 

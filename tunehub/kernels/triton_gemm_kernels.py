@@ -20,7 +20,8 @@ B row- or column-major and C row-major. Six variants:
 - ``persistent``: ``min(#tiles, NUM_SMS)`` programs that loop over tiles.
 - ``tma``: persistent, operands loaded through TMA tensor descriptors (Hopper+), built on the
   host and passed by value. It takes ``tiled``'s composite BLOCK_M (192 = 128 + 64 rows, two
-  descriptors of A) too, and a composite BLOCK_N (80 = 64 + 16 columns, two of B).
+  descriptors of A) too, and composite BLOCK_Ns (80 = 64 + 16, 144 = 128 + 16 and 192 = 128 +
+  64 columns, two descriptors of B).
 - ``ws``: ``tma`` (descriptors built in the kernel: host-side ones hung it) with
   ``tl.range(..., warp_specialize=True)`` on the tile loop, which Triton
   3.6 turns into a producer warpgroup and two wgmma consumer warpgroups on sm_90, but only
@@ -29,7 +30,10 @@ B row- or column-major and C row-major. Six variants:
   ``workload_problem`` spell out.
 
 The optional knob ``FLATTEN`` (persistent variants) fuses the tile and K loops so the next
-tile's loads overlap this tile's epilogue; defaults: on for ``tma``, off elsewhere.
+tile's loads overlap this tile's epilogue; defaults: on for ``tma``, off elsewhere. The
+optional knob ``PAD_K`` (any variant) puts a launch before the GEMM's that copies A and B into
+buffers whose K is padded to a 16-byte multiple (zeros past K), for problems whose rows along
+K are not aligned (no TMA, no vectorised loads otherwise); where K is aligned it adds nothing.
 
 Import this module only where torch and triton are installed (GPU processes, tests); set
 ``TRITON_INTERPRET=1`` before importing it to run the kernels on CPU tensors through Triton's
@@ -950,7 +954,9 @@ def bind(
     ``workspace_bytes`` (``tiled``) or to the buffer cached for this device and stream
     (``splitk`` and ``splitk_atomic``, whose tile counters always come from that cache; a
     ``splitk_atomic`` workspace given here must hold zeros, and each launch leaves it so).
-    Raises ValueError on anything the kernels cannot take.
+    With ``config["PAD_K"]`` (and K unaligned) the padded copies of A and B are allocated here
+    and filled by the first launch of every call. Raises ValueError on anything the kernels
+    cannot take.
     """
     name = dtype_name(a.dtype)
     if b.dtype != a.dtype:
@@ -1226,9 +1232,10 @@ def precompile(
     compute ``capability`` (90 for H100), into ``TRITON_CACHE_DIR``.
 
     ``num_sms`` (persistent variants) must be what the launch will use (the device's SM count
-    by default). Dense, 16-byte aligned operands of the given layouts are assumed. Raises
-    ValueError for a config or problem the kernels cannot take, and Triton's CompilationError
-    (or another exception) when the compiler fails.
+    by default). Dense, 16-byte aligned operands of the given layouts are assumed; ``k`` is
+    the problem's (with ``PAD_K``, the padding launch and the GEMM at the padded K are built).
+    Raises ValueError for a config or problem the kernels cannot take, and Triton's
+    CompilationError (or another exception) when the compiler fails.
     """
     if _interpreting():
         raise RuntimeError("precompile needs Triton's compiler; TRITON_INTERPRET=1 is set")
