@@ -282,6 +282,7 @@ def global_model_figures(datasets: list[ReplayDataset]) -> dict[str, dict[str, f
             winners,
             consensus=model.features.consensus,
             default=default,
+            default_margin=model.features.default_margin,
         )
         measured_gflops = dataset.gflops()
         gflops = measured_gflops[pick.config.key]

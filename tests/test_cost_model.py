@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from tunehub.core import Config, Target, Workload
+from tunehub.cost_model.base import CostModel
 from tunehub.cost_model.features import (
     BLIS_NAMES,
     TRITON_NAMES,
@@ -118,6 +120,48 @@ def test_triton_features_tell_one_kernel_split_k_from_two() -> None:
     padded = fs.matrix(odd, H100, [Config({**plain, "PAD_K": p}) for p in (False, True)])
     launches = padded[:, fs.names.index("kernel_launches")].tolist()
     assert launches == [1.0, 2.0]
+
+
+class _TimedModel(CostModel):
+    """Predicts the times it is given: a config's ``us`` knob, in microseconds."""
+
+    name = "timed"
+
+    @property
+    def trained(self) -> bool:
+        return True
+
+    def fit(self, records: object) -> None:
+        return None
+
+    def predict(self, workload: Workload, target: Target, configs: Sequence[Config]) -> list[float]:
+        return [-float(c["us"]) for c in configs]
+
+    def predict_secs(
+        self, workload: Workload, target: Target, configs: Sequence[Config]
+    ) -> list[float] | None:
+        return [float(c["us"]) * 1e-6 for c in configs]
+
+
+def test_the_default_is_taken_within_the_margin_of_the_models_choice() -> None:
+    points = [Config({"us": us}) for us in (100, 104, 106)]
+    workload = Workload(m=8, n=8, k=8)
+    assert feature_set("triton.gemm").default_margin == 0.05
+    assert feature_set("blis.gemm").default_margin == 0.0
+
+    def pick(default_us: int, margin: float) -> Config:
+        default = Config({"us": default_us})
+        model = _TimedModel()
+        found = pick_config(
+            model, workload, CPU, points, consensus=1, default=default, default_margin=margin
+        )
+        return found.config
+
+    # The argmax is the 100 us point; a default predicted 4% slower is taken with a 5% margin,
+    # not without one, and one predicted 6% slower is not taken with it.
+    assert pick(104, 0.05)["us"] == 104
+    assert pick(104, 0.0)["us"] == 100
+    assert pick(106, 0.05)["us"] == 100
 
 
 def test_a_template_without_features_gets_generic_ones() -> None:

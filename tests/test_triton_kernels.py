@@ -651,7 +651,8 @@ def test_config_problem() -> None:
         ({**ok, "BLOCK_M": 256, "BLOCK_N": 256}, "float16", "registers"),
         ({**ok, "BLOCK_K": 16}, "float8_e4m3fn", "MMA's K of 32"),
         ({**ok, "BLOCK_M": 48}, "float16", "power of two"),
-        ({**ok, "BLOCK_N": 192}, "float16", "power of two"),
+        ({**ok, "BLOCK_N": 96}, "float16", "power of two"),
+        ({**ok, "BLOCK_N": 192}, "float16", "is for 'tma'"),  # a composite of 128 + 64 columns
         ({**ok, "BLOCK_M": 192, "variant": "persistent"}, "float16", "'tma' without split-K"),
         ({**ok, "BLOCK_M": 192, "variant": "ws"}, "float16", "'tma' without split-K"),
         ({**ok, "BLOCK_M": 192, "SPLIT_K": 2}, "float16", "without split-K"),

@@ -51,6 +51,7 @@ def pick_config(
     *,
     consensus: int,
     default: Config | None = None,
+    default_margin: float = 0.0,
 ) -> Pick:
     """The model's zero-trial choice among ``points``: the medoid of the ``consensus``
     best-scored points (the feature set's, see features.FeatureSet: where a model overrates
@@ -60,7 +61,9 @@ def pick_config(
     space): a winner the model scores at least as high is taken instead, since it was
     measured fast on a similar shape. Last, the template's analytical ``default`` (a point
     of the space; its seeds were measured good) is taken where the model predicts it at
-    least as fast as that choice (by time where it learnt times, else by score)."""
+    least as fast as that choice (by time where it learnt times, else by score), or slower
+    by no more than ``default_margin`` (a share of the choice's predicted time: differences
+    the model cannot be trusted to tell)."""
     if not points:
         raise ValueError("no points to choose from")
     candidates = list(points)
@@ -81,7 +84,7 @@ def pick_config(
         # on waves_3000x1000x4000, where the time was right), else by score.
         (default_score,) = model.predict(workload, target, [default])
         both = model.predict_secs(workload, target, [chosen, default])
-        faster = both[1] <= both[0] if both else default_score >= score
+        faster = both[1] <= both[0] * (1.0 + default_margin) if both else default_score >= score
         if faster:
             chosen, score, neighbour = default, float(default_score), False
     secs = model.predict_secs(workload, target, [chosen])

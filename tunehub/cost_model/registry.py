@@ -252,6 +252,7 @@ class ModelCache:
                 winners(),
                 consensus=model.features.consensus,
                 default=default(),
+                default_margin=model.features.default_margin,
             ),
         )
         with self._lock:
