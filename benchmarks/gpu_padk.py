@@ -37,7 +37,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from gpu_splitk import Contender, precompile, report_head, run_shape, write_report  # noqa: E402
+from gpu_splitk import (  # noqa: E402
+    Contender,
+    precompile,
+    probe_device,
+    report_head,
+    run_shape,
+    write_report,
+)
 from gpu_tiles import parse_config  # noqa: E402
 
 SHAPES = ["1000x3000x777:float16", "1000x3000x777:bfloat16", "333x4444x1111:float16"]
@@ -185,21 +192,16 @@ def main() -> int:
             for c in contenders:
                 print(f"  {c.role} {c.extra.get('text', '')}")
         return 0
-    import tempfile
-
-    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="tunehub-padk-"))
+    device, sms, capability = probe_device("padk")
     import torch
 
     from tunehub.core import Workload
     from tunehub.kernels import gpu_reference as ref
 
-    device = torch.device("cuda", torch.cuda.current_device())
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    major, minor = torch.cuda.get_device_capability(device)
     # Every GEMM config with PAD_K: precompile builds the padding launch and the GEMM at the
     # padded K, which the three modes share.
     unique = [(shape, [c for c in cs if c.role in ("fused", "cuBLAS")]) for shape, cs in planned]
-    built = precompile(unique, major * 10 + minor, sms, args.workers)
+    built = precompile(unique, capability, sms, args.workers)
     print(f"# precompiled {built}", flush=True)
     for _shape, contenders in planned:
         # The three modes of a config run the same GEMM binary: a failed build fails all.

@@ -292,6 +292,20 @@ def run_shape(
             c.ok, c.note = False, f"not repeatable or counters left set: {c.extra}"
 
 
+def probe_device(name: str) -> tuple[Any, int, int]:
+    """A probe's GPU, its SM count and compute capability (90 for sm_90), with Triton's
+    cache in a fresh directory named after the probe unless TRITON_CACHE_DIR is set."""
+    import tempfile
+
+    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix=f"tunehub-{name}-"))
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    major, minor = torch.cuda.get_device_capability(device)
+    return device, sms, major * 10 + minor
+
+
 def report_head(benchmark: str, device: Any, rounds: int, min_secs: float) -> dict[str, Any]:
     """The fields every probe's JSON starts with: what ran, where, at which commit."""
     from cpu_gemm import git_commit

@@ -41,7 +41,14 @@ sys.path.insert(0, str(HERE.parent))
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from gpu_splitk import Contender, precompile, report_head, run_shape, write_report  # noqa: E402
+from gpu_splitk import (  # noqa: E402
+    Contender,
+    precompile,
+    probe_device,
+    report_head,
+    run_shape,
+    write_report,
+)
 
 from tunehub.kernels.triton_gemm_kernels import (  # noqa: E402
     _descriptor,
@@ -373,17 +380,12 @@ def main() -> int:
             for c in contenders:
                 print(f"  {c.role:>8}  {name(c)}  {c.extra or ''}")
         return 0
-    import tempfile
-
-    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="tunehub-streamk-"))
+    device, sms, capability = probe_device("streamk")
     import torch
 
-    device = torch.device("cuda", torch.cuda.current_device())
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
     planned = plan(sms)
-    major, minor = torch.cuda.get_device_capability(device)
     # streamk contenders run this file's kernel, compiled at its first call.
-    built = precompile(planned, major * 10 + minor, sms, args.workers,
+    built = precompile(planned, capability, sms, args.workers,
                        skip=lambda c: c.role == "streamk")  # fmt: skip
     print(f"# precompiled {built}", flush=True)
     report = report_head("gpu_streamk", device, args.rounds, args.min_secs)

@@ -27,7 +27,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from gpu_splitk import Contender, precompile, report_head, run_shape, write_report  # noqa: E402
+from gpu_splitk import (  # noqa: E402
+    Contender,
+    precompile,
+    probe_device,
+    report_head,
+    run_shape,
+    write_report,
+)
 
 SHAPES = ["3000x1000x4000:float16", "1536x1536x1536:bfloat16", "1024x1024x1024:float16",
           "4096x4096x4096:float16", "2048x2048x2048:float16"]  # fmt: skip
@@ -115,15 +122,10 @@ def main() -> int:
             for c in contenders:
                 print(f"  {c.role}")
         return 0
-    import tempfile
-
-    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="tunehub-tiles-"))
+    device, sms, capability = probe_device("tiles")
     import torch
 
-    device = torch.device("cuda", torch.cuda.current_device())
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    major, minor = torch.cuda.get_device_capability(device)
-    built = precompile(planned, major * 10 + minor, sms, args.workers)
+    built = precompile(planned, capability, sms, args.workers)
     print(f"# precompiled {built}", flush=True)
     report = report_head("gpu_tiles", device, args.rounds, args.min_secs)
     report["cases"] = []
