@@ -363,15 +363,11 @@ def config_problem(
         return f"SPLIT_K={knobs['SPLIT_K']}: only {', '.join(SPLIT_K_VARIANTS)} splits K"
     if variant in ONE_KERNEL_SPLIT_VARIANTS and knobs["SPLIT_K"] < 2:
         return f"{variant!r} needs SPLIT_K >= 2 (with 1 it is 'tiled' plus a counter)"
-    if "FLATTEN" in config:
-        if not isinstance(config["FLATTEN"], bool | int) or config["FLATTEN"] not in (0, 1):
-            return f"FLATTEN={config['FLATTEN']!r} must be a bool"
-        if variant not in _PERSISTENT_VARIANTS:
-            return f"FLATTEN applies to the persistent variants, not {variant!r}"
-    if "PAD_K" in config and (
-        not isinstance(config["PAD_K"], bool | int) or config["PAD_K"] not in (0, 1)
-    ):
-        return f"PAD_K={config['PAD_K']!r} must be a bool"
+    for key in OPTIONAL_CONFIG_KEYS:  # each a bool
+        if key in config and (not isinstance(config[key], bool | int) or config[key] not in (0, 1)):
+            return f"{key}={config[key]!r} must be a bool"
+    if "FLATTEN" in config and variant not in _PERSISTENT_VARIANTS:
+        return f"FLATTEN applies to the persistent variants, not {variant!r}"
     if variant == "ws":
         # Each a case where Triton 3.6 on sm_90 drops warp specialisation without a word,
         # trips a compiler assertion (which can abort the build process) or computes NaN.

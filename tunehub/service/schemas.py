@@ -341,8 +341,9 @@ class ScheduleOut(BaseModel):
     source: Literal["exact", "family", "predicted", "default"] = Field(
         description="`exact`: tuned on this target; `family`: tuned on another target of the "
         "same CPU model and ISA; `predicted`: nobody tuned this workload, the config is the "
-        "global cost model's first pick, or the nearest tuned shapes' winner or the analytical "
-        "default where the model rates it at least as high (see `model_version`, "
+        "global cost model's first pick, or the nearest tuned shapes' winner where the model "
+        "rates it at least as high, or the analytical default where the model predicts it at "
+        "most a margin slower (5% for triton.gemm) (see `model_version`, "
         "`predicted_median_secs`); "
         "`default`: no model yet, the template's analytical default."
     )
