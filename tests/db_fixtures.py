@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,8 @@ __all__ = [
 
 PG_URL_ENV = "TUNEHUB_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE
+TRUNCATE_ATTEMPTS = 5
 
 
 @pytest.fixture(scope="session")
@@ -97,9 +100,22 @@ def pg_engine(pg_url: str) -> Iterator[Engine]:
 
 
 def _truncate(engine: Engine) -> None:
+    """Empty every table. TRUNCATE locks the tables one after another; a reader still open on
+    them from an earlier test (a served app follows the change feed on a thread, several tables
+    in one transaction) can take them in another order, and PostgreSQL then ends one of the two
+    with a deadlock. When it ends the TRUNCATE, the reader has gone on: try again, a few times."""
     names = ", ".join(t.name for t in Base.metadata.sorted_tables)
-    with engine.begin() as conn:
-        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    for attempt in range(TRUNCATE_ATTEMPTS):
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+            return
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) != DEADLOCK_DETECTED:
+                raise
+            if attempt == TRUNCATE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 @pytest.fixture
