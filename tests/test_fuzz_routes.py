@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from tests.db_fixtures import _truncate as truncate
+from tests.live import ServedApp
 from tests.test_api import add_key
 from tests.test_fuzz import EXAMPLES
 from tunehub.core import Scope
@@ -53,24 +50,10 @@ def live_api(
     store = SqlScheduleStore(url)
     key = add_key(store, Scope.ADMIN)
     settings_ = Settings(home=home, run_jobs=False, max_queued_jobs_per_key=10_000)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings_, store=store), log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", {"X-API-Key": key}
+        with ServedApp(create_app(settings_, store=store)) as served:
+            yield served.url, {"X-API-Key": key}
     finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
         store.close()
 
 
