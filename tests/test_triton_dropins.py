@@ -42,6 +42,7 @@ if not isinstance(tg._gemm_tiled_kernel, InterpretedFunction):
     tg = importlib.reload(tg)  # imported earlier without the interpreter
 
 import tunehub.triton as tt  # noqa: E402
+from tunehub.client import triton as client_triton  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"
@@ -57,6 +58,7 @@ def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("TUNEHUB_API_KEY", raising=False)
     CHOOSER.clear()
     CALLS.clear()
+    client_triton._PLANS.clear()
     triton_autotune._MEMORY.clear()
     yield
     CHOOSER.clear()
@@ -168,6 +170,119 @@ def test_a_config_that_cannot_run_falls_back_to_the_default() -> None:
     torch.testing.assert_close(tt.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
     assert CALLS == {"triton.gemm": 1}
     assert CHOOSER.choose(workload, target, "triton.gemm").source == "local-default"
+
+
+def kernel_config(variant: str, **extra: Any) -> Config:
+    data: dict[str, Any] = {"variant": variant, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32}
+    data.update(GROUP_M=2, num_warps=4, num_stages=2, SPLIT_K=1)
+    return Config({**data, **extra})
+
+
+def answer(a: Any, b: Any, config: Config, epilogue: str = "none") -> None:
+    """Make the lookup for a @ b's shape answer ``config`` (as a tuned schedule would)."""
+    dtype = str(a.dtype).removeprefix("torch.")
+    layout = "col_major" if b.stride(0) == 1 and b.shape[1] > 1 else "row_major"
+    workload = Workload(m=a.shape[0], n=b.shape[1], k=a.shape[1], dtype=dtype,
+                        b_layout=layout, epilogue=epilogue)  # fmt: skip
+    target = client_triton.device_target(a.device)
+    CHOOSER._answers[choice_key(workload, target, "triton.gemm")] = GemmChoice(
+        "triton.gemm", config, "exact"
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "dtype", "activation", "with_bias", "k"),
+    [
+        pytest.param(kernel_config("tiled"), "float32", "gelu", True, 40, id="tiled-bias-gelu"),
+        pytest.param(kernel_config("tiled"), "float32", "relu", False, 40, id="tiled-zero-bias"),
+        pytest.param(kernel_config("tiled", SPLIT_K=2), "float32", None, False, 64, id="split"),
+        pytest.param(kernel_config("splitk", SPLIT_K=2), "float16", None, True, 64, id="splitk"),
+        pytest.param(kernel_config("persistent"), "float16", None, False, 40, id="persistent"),
+        pytest.param(kernel_config("tma"), "float16", "relu", True, 64, id="tma"),
+        pytest.param(kernel_config("tma", PAD_K=True), "float16", None, False, 36, id="tma-padk"),
+    ],
+)
+def test_a_cached_call_answers_as_a_first_call_does_on_fresh_inputs(
+    config: Config, dtype: str, activation: str | None, with_bias: bool, k: int
+) -> None:
+    m, n = 24, 48
+    torch_dtype = getattr(torch, dtype)
+
+    def inputs(seed: int) -> tuple[Any, Any, Any]:
+        gen = torch.Generator().manual_seed(seed)
+        a = torch.randn(m, k, generator=gen).to(torch_dtype)
+        b = torch.randn(k, n, generator=gen).to(torch_dtype)
+        bias = torch.randn(n, generator=gen).to(torch_dtype) if with_bias else None
+        return a, b, bias
+
+    first = inputs(1)
+    epilogue = client_triton.triton_epilogue(with_bias, client_triton._ACTIVATIONS[activation])
+    answer(first[0], first[1], config, epilogue)
+    tol = 1e-4 if dtype == "float32" else 2e-2
+    out = tt.matmul(*first, activation=activation)
+    torch.testing.assert_close(out.double(), reference(*first, activation), rtol=tol, atol=tol)
+    (plan,) = client_triton._PLANS.values()
+    assert isinstance(plan, client_triton._KernelPlan)
+    later = inputs(2)
+    cached = tt.matmul(*later, activation=activation)
+    assert list(client_triton._PLANS.values()) == [plan]  # the same plan, no other
+    torch.testing.assert_close(cached.double(), reference(*later, activation), rtol=tol, atol=tol)
+    client_triton._PLANS.clear()  # a first call again, on the same inputs
+    fresh = tt.matmul(*later, activation=activation)
+    assert torch.equal(cached, fresh)
+    assert CALLS == {"triton.gemm": 3} and CHOOSER.lookups["triton.gemm"] == 0  # answered
+
+
+def test_the_memo_is_keyed_on_strides_dtype_and_alignment() -> None:
+    m, n, k = 16, 32, 64
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+    torch.testing.assert_close(tt.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    b_col = torch.randn(n, k, generator=gen).t()  # the same shape, other strides
+    torch.testing.assert_close(tt.matmul(a, b_col), a @ b_col, rtol=1e-4, atol=1e-4)
+    assert CHOOSER.lookups["triton.gemm"] == 2 and len(client_triton._PLANS) == 2
+    # An operand 4 bytes off a 16-byte boundary: the same shape and strides, another
+    # specialisation of the kernel.
+    shifted = torch.randn(m * k + 1, generator=gen)[1:].view(m, k)
+    assert shifted.data_ptr() % 16 and shifted.stride() == a.stride()
+    torch.testing.assert_close(tt.matmul(shifted, b), shifted @ b, rtol=1e-4, atol=1e-4)
+    assert len(client_triton._PLANS) == 3 and CALLS == {"triton.gemm": 3}
+
+    # Half precision, with a TMA config: an unaligned operand is not given to TMA (torch runs
+    # it; the config stays), an aligned one is, from the memo after its first call.
+    h, hb = a.half(), b.half()
+    answer(h, hb, kernel_config("tma"))
+    h_shifted = torch.randn(m * k + 1, generator=gen).half()[1:].view(m, k)
+    for operand in (h, h_shifted, h, h_shifted):
+        out = tt.matmul(operand, hb)
+        torch.testing.assert_close(out, (operand.float() @ hb.float()).half(), rtol=2e-2, atol=2e-2)
+    assert CALLS == {"triton.gemm": 5, "library": 2}
+    assert len(client_triton._PLANS) == 5
+    plans = [type(p).__name__ for p in client_triton._PLANS.values()]
+    assert plans.count("_KernelPlan") == 4 and plans.count("_LibraryPlan") == 1
+    target = client_triton.device_target(h.device)
+    workload = Workload(m=m, n=n, k=k, dtype="float16")
+    assert CHOOSER.choose(workload, target, "triton.gemm").config["variant"] == "tma"
+
+
+def test_another_shape_never_takes_another_shapes_launch() -> None:
+    shapes = [(16, 8, 32), (17, 8, 32), (16, 9, 32), (16, 8, 33), (8, 16, 32)]
+    gen = torch.Generator().manual_seed(11)
+    for _ in range(2):  # interleaved: first calls, then cached ones
+        for m, n, k in shapes:
+            a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+            bias = torch.randn(n, generator=gen)
+            out = tt.matmul(a, b, bias, activation="relu")
+            assert out.shape == (m, n)
+            torch.testing.assert_close(out, torch.relu(a @ b + bias), rtol=1e-4, atol=1e-4)
+    assert len(client_triton._PLANS) == len(shapes)
+    assert CHOOSER.lookups["triton.gemm"] == len(shapes)
+    assert set(CALLS) == {"triton.gemm"} and CALLS["triton.gemm"] == 2 * len(shapes)
+    # New answers (here: forgotten ones) are never answered from plans made before them.
+    CHOOSER.clear()
+    a, b = torch.randn(16, 32, generator=gen), torch.randn(32, 8, generator=gen)
+    tt.matmul(a, b)
+    assert CHOOSER.lookups["triton.gemm"] == 1
 
 
 # --------------------------------------------------------------------------------------------

@@ -79,6 +79,9 @@ class GemmChooser:
         self._lock = threading.Lock()
         self.lookups: Counter[str] = Counter()
         self.prefetched = 0  # of the lookups, those made in batches (``prefetch``)
+        # Bumped whenever an answer given out may change (``demote``, ``clear``): what callers
+        # built from answers (``tunehub.triton.matmul``'s bound launches) is stale past it.
+        self.generation = 0
         # Ask the service to queue tuning for shapes it has no schedule for (needs a write
         # key, $TUNEHUB_API_KEY): the torch.compile backend's ``tune`` option, or
         # $TUNEHUB_TUNE_UNSEEN=1.
@@ -190,6 +193,7 @@ class GemmChooser:
         log.warning("tunehub: %s on %s: %s; now %s", workload.label, template, why, new.source)
         with self._lock:
             self._answers[key] = new
+            self.generation += 1
         return new
 
     def clear(self) -> None:
@@ -198,6 +202,7 @@ class GemmChooser:
             self._answers.clear()
             self.lookups.clear()
             self.prefetched = 0
+            self.generation += 1
 
     def _lookup(self, workload: Workload, target: Target, template: str) -> GemmChoice:
         self.lookups[template] += 1

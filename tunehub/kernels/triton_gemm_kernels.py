@@ -920,6 +920,8 @@ class GemmLaunch:
     workspace: torch.Tensor | None = None
     needs_allocator: bool = False
     counts: torch.Tensor | None = None
+    # The a, b and bias given to ``bind`` (before any PAD_K copy): what ``launcher`` swaps.
+    operands: tuple[torch.Tensor | None, ...] = ()
 
     def __call__(self) -> torch.Tensor:
         if not _interpreting():
@@ -930,6 +932,127 @@ class GemmLaunch:
         for launch in self.launches:
             launch.kernel[launch.grid](*launch.args, **launch.kwargs)
         return self.out
+
+    def launcher(self) -> GemmLauncher:
+        """These launches as a callable taking other operands (see ``GemmLauncher``)."""
+        return GemmLauncher(self)
+
+
+class GemmLauncher:
+    """A bound GEMM's launches again, on other operands: ``launcher(a, b, bias, out, stream)``.
+
+    For a caller that binds once per key and keys its memo on everything ``bind`` checked and
+    Triton specialised on: every later call's a, b, bias and out must have the bound ones'
+    shapes, strides, dtypes and device, each pointer the same 16-byte alignment (Triton
+    compiled for it; TMA needs it), and run on the same device and stream (PAD_K's copies and
+    split-K's workspace belong to the binding). Nothing of that is checked here, per call.
+
+    The first call launches through Triton's JIT (``kernel[grid](...)``: binding,
+    specialisation, cache lookup or compile) and keeps the compiled kernels it returns; later
+    calls go straight to each compiled kernel's launcher with the operands swapped in, which
+    is what ``JITFunction.run`` does after its cache lookup. Under the interpreter each call
+    goes through ``kernel[grid]``. It holds none of the operands it was bound with, only the
+    binding's own buffers.
+    """
+
+    def __init__(self, bound: GemmLaunch) -> None:
+        if len(bound.operands) != 3:
+            raise ValueError("a GemmLaunch made by bind (with its operands) is needed")
+        # Which operand each argument was, by identity: 0 a, 1 b, 2 bias, 3 out.
+        slots = {id(t): i for i, t in enumerate((*bound.operands, bound.out)) if t is not None}
+        self._steps = tuple(_Relaunch(launch, slots) for launch in bound.launches)
+        self._needs_allocator = bound.needs_allocator
+
+    def __call__(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor,
+        stream: int | None,
+    ) -> torch.Tensor:
+        operands = (a, b, bias, out)
+        if self._needs_allocator and not _interpreting():
+            triton.set_allocator(_descriptor_scratch)
+        for step in self._steps:
+            step(operands, stream)
+        return out
+
+
+class _Relaunch:
+    """One ``_Launch`` with its operand arguments left open; see ``GemmLauncher``."""
+
+    def __init__(self, launch: _Launch, slots: Mapping[int, int]) -> None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        self.kernel = launch.kernel
+        self.grid = launch.grid
+        self.kwargs = launch.kwargs
+        self.args: list[Any] = list(launch.args)
+        self.swaps: list[tuple[int, int]] = []
+        # A host-side TMA descriptor of an operand: rebuilt on the new operand each call.
+        self.descriptors: list[tuple[int, int, dict[str, Any]]] = []
+        for i, arg in enumerate(launch.args):
+            if id(arg) in slots:
+                self.swaps.append((i, slots[id(arg)]))
+                self.args[i] = None
+            elif isinstance(arg, TensorDescriptor) and id(arg.base) in slots:
+                fields = {k: v for k, v in vars(arg).items() if k != "base"}
+                self.descriptors.append((i, slots[id(arg.base)], fields))
+                self.args[i] = None
+        self.descriptor_type = TensorDescriptor
+        self.tail: list[Any] | None = None  # the keyword arguments in the kernel's order
+        self.compiled: Any = None
+        self.run: Any = None
+        self.function: Any = None
+        self.packed_metadata: Any = None
+        grid = (*launch.grid, 1, 1)
+        self.grid_xyz = (grid[0], grid[1], grid[2])
+
+    def __call__(self, operands: tuple[Any, ...], stream: int | None) -> None:
+        args = self.args.copy()
+        for i, slot in self.swaps:
+            args[i] = operands[slot]
+        for i, slot, fields in self.descriptors:
+            # Not TensorDescriptor(...): its checks (alignment, strides) passed at bind.
+            descriptor = self.descriptor_type.__new__(self.descriptor_type)
+            descriptor.__dict__.update(fields)
+            descriptor.base = operands[slot]
+            args[i] = descriptor
+        if self.run is None:
+            self._first(args)
+            return
+        values = args + self.tail  # type: ignore[operator]
+        enter = triton.knobs.runtime.launch_enter_hook
+        leave = triton.knobs.runtime.launch_exit_hook
+        metadata = None
+        if _hooked(enter) or _hooked(leave):
+            metadata = self.compiled.launch_metadata(self.grid, stream, *values)
+        else:
+            enter = leave = None
+        x, y, z = self.grid_xyz
+        self.run(x, y, z, stream, self.function, self.packed_metadata, metadata, enter, leave,
+                 *values)  # fmt: skip
+
+    def _first(self, args: list[Any]) -> None:
+        compiled = self.kernel[self.grid](*args, **self.kwargs)
+        if compiled is None or _interpreting():
+            return  # the interpreter: every call goes through kernel[grid]
+        if hasattr(compiled, "result"):  # an asynchronous compile's future
+            compiled = compiled.result()
+        names = list(self.kernel.arg_names)[len(args) :]
+        if any(name not in self.kwargs for name in names):
+            return  # a parameter left to its default: keep Triton's own binding
+        self.tail = [self.kwargs[name] for name in names]
+        self.compiled = compiled
+        self.function = compiled.function
+        self.packed_metadata = compiled.packed_metadata
+        self.run = compiled.run
+
+
+def _hooked(hook: Any) -> bool:
+    # Triton 3.6's launch hooks are HookChains, empty unless a profiler added one.
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def bind(
@@ -959,6 +1082,7 @@ def bind(
     cannot take.
     """
     name = dtype_name(a.dtype)
+    operands = (a, b, bias)
     if b.dtype != a.dtype:
         raise ValueError(f"a is {a.dtype} but b is {b.dtype}")
     if out.dtype != _TORCH_DTYPES[OUT_DTYPE[name]]:
@@ -1041,7 +1165,12 @@ def bind(
     )
     launches = pad + _launches(problem, cfg, (a, b, out, bias, workspace, counts), num_sms)
     return GemmLaunch(
-        out, tuple(launches), workspace, needs_allocator=cfg["variant"] == "ws", counts=counts
+        out,
+        tuple(launches),
+        workspace,
+        needs_allocator=cfg["variant"] == "ws",
+        counts=counts,
+        operands=operands,
     )
 
 
@@ -1327,6 +1456,7 @@ __all__ = [
     "TOLERANCE",
     "VARIANTS",
     "GemmLaunch",
+    "GemmLauncher",
     "PrecompiledKernel",
     "bind",
     "config_problem",
