@@ -845,30 +845,38 @@ def parse_html(html: str) -> Node:
 # --- the models page and the job page's predictions -----------------------------------------
 
 
+# Issue 23's model: held-out Spearman 0.024, first pick at 3.8% of the best, time error x28.
+BAD_METRICS = {
+    "held_out_workloads": 5.0, "compared_workloads": 5.0, "spearman": 0.024,
+    "top1_fraction": 0.038, "top1_geomean": 0.05, "time_log2_error": 4.807,
+    "default_top1_geomean": 0.633, "default_top1_fraction": 0.856,
+}  # fmt: skip
+
+
 def seed_models(url: str) -> int:
-    """A registered global model (trained on the replay datasets, as measured on TARGET) and
-    a finished job whose ok records the model predicts; returns the job's id."""
+    """A global model trained on the replay datasets (as measured on TARGET), which the gate
+    accepts, then a newer one it refused (registered with issue 23's figures), and a finished
+    job whose ok records the model in use predicts; returns the job's id."""
     import dataclasses as dc
 
-    from tunehub.cost_model.registry import train_global_model
-    from tunehub.workers.replay import load_datasets
+    from tests.test_lookup_tiers import dataset_records
+    from tunehub.cost_model.registry import gate, train_global_model
 
     upgrade(url)
     store = SqlScheduleStore(url)
     try:
         store.put_target(TARGET)
-        datasets = Path(__file__).resolve().parent.parent / "benchmarks" / "datasets" / "cpu"
-        records = [
-            dc.replace(r, request=dc.replace(r.request, target=TARGET))
-            for d in load_datasets(datasets)
-            for r in d.records[:150]
-        ]
+        records = dataset_records(200, TARGET)
         store.commit_records(records)
         info = train_global_model(
             store, family_key=TARGET.family_key, template="blis.gemm", template_version=2,
             target_label=TARGET.label,
         )  # fmt: skip
-        assert info is not None
+        assert info is not None and info.accepted, info
+        refused = dc.replace(
+            info, metrics=BAD_METRICS, accepted=False, reason=gate(BAD_METRICS).reason
+        )
+        store.register_model(refused, store.model_artifact(info.id) or b"")
         job = store.create_job(JobSpec(WORKLOAD, TARGET.target_key, strategy="model"))
         store.commit_records(
             [
@@ -892,12 +900,23 @@ def test_models_page_and_job_predictions(
     with running_server(Settings(home=home, run_jobs=False, train_models=False)) as base:
         dom = dump_dom(base + "/models", profile)
         rows = dom.by_id("models-table").find_all("tr", {"data-model-id": None})
-        assert len(rows) == 1
-        (row,) = rows
+        refused, row = rows  # newest first
         assert "blis.gemm@2" in row.text() and " v1" in row.text()
+        assert row.attrs["data-verdict"] == "active" and "in use" in row.text()
         spearman = row.find_all("td", {"class": "num spearman"})[0].text()
         assert re.fullmatch(r"-?[01]\.\d{3}", spearman), spearman
         assert row.find_all("td", {"class": "num top1"})[0].text().endswith("%")
+        assert row.find_all("td", {"class": "num default-top1"})[0].text().endswith("%")
+        assert row.find_all("td", {"class": "reason wrap"})[0].text().startswith("accepted: ")
+        # the refused candidate: kept, shown with its figures, the default's and the reason
+        assert " v2" in refused.text() and refused.attrs["data-verdict"] == "refused"
+        assert refused.find_all("td", {"class": "num top1"})[0].text() == "5.0%"
+        assert refused.find_all("td", {"class": "num default-top1"})[0].text() == "63.3%"
+        reason = refused.find_all("td", {"class": "reason wrap"})[0].text()
+        assert reason.startswith("refused: first pick 5.0% of the best < the default's 63.3%")
+        assert "time error x28.0 > x4" in reason
+        in_use = dom.by_id("models-active").text()
+        assert " v1" in in_use and " v2" not in in_use
         assert_clean_text(dom.by_id("models-table"))
 
         job = dump_dom(f"{base}/jobs/{job_id}", profile)

@@ -60,7 +60,7 @@ def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'new.db'}"
     assert current_revision(url) is None
     upgrade(url)
-    assert current_revision(url) == head_revision() == "0009"
+    assert current_revision(url) == head_revision() == "0010"
     check_at_head(url)
     upgrade(url)  # at head already: nothing to do
     engine = make_engine(url)
@@ -331,6 +331,40 @@ def test_upgrade_from_0006_gives_running_jobs_no_lease_so_the_reaper_requeues_th
     engine.dispose()
 
 
+def test_upgrade_from_0009_leaves_old_models_ungated_so_none_is_used(empty_url: str) -> None:
+    upgrade(empty_url, revision="0009")
+    engine = make_engine(empty_url)
+    target = local_cpu_target()
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO models (family_key, template, template_version, version, kind,"
+                " features, target_label, records_used, workloads_used, last_record_seq,"
+                " metrics, created_at, artifact) VALUES (:family, 'blis.gemm', 2, 1, 'xgboost',"
+                " 'blis.gemm/1', 'cpu', 800, 3, 10, :metrics, :now, :blob)"
+            ),
+            {
+                "family": target.family_key,
+                "metrics": json.dumps({"spearman": 0.024, "top1_fraction": 0.038}),
+                "now": "2026-11-25 00:00:00+00:00",
+                "blob": b"model",
+            },
+        )
+    upgrade(engine)
+    check_at_head(engine)
+    store = SqlScheduleStore(engine)
+    key = {"family_key": target.family_key, "template": "blis.gemm", "template_version": 2}
+    old = store.latest_model(**key)
+    assert old is not None and (old.accepted, old.reason) == (None, "")
+    assert old.metrics == {"spearman": 0.024, "top1_fraction": 0.038}
+    assert store.latest_model(**key, accepted_only=True) is None, "never gated: never used"
+    command.downgrade(alembic_config(empty_url), "0009")
+    with engine.connect() as conn:
+        columns = {c["name"] for c in inspect(conn).get_columns("models")}
+        assert "accepted" not in columns and "reason" not in columns and "metrics" in columns
+    engine.dispose()
+
+
 def test_a_database_from_a_newer_tunehub_names_both_revisions(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'newer.db'}"
     upgrade(url)
@@ -372,6 +406,7 @@ def test_the_migrations_ship_as_package_data() -> None:
         "0007_job_leases.py",
         "0008_job_priority.py",
         "0009_autotune.py",
+        "0010_model_gate.py",
     ]
 
 

@@ -1055,6 +1055,23 @@ def test_models_are_versioned_per_family_template_and_template_version(
     assert store.model_artifact(12345) is None
 
 
+def test_the_gates_verdict_is_stored_and_only_accepted_models_are_in_use(
+    store: ScheduleStore,
+) -> None:
+    key = {"family_key": CPU.family_key, "template": "blis.gemm", "template_version": 2}
+    ungated = store.register_model(_model(CPU.family_key), b"a")
+    good = store.register_model(_model(CPU.family_key, accepted=True, reason="accepted: x"), b"b")
+    refused = store.register_model(
+        _model(CPU.family_key, accepted=False, reason="refused: first pick 3.8% < 85%"), b"c"
+    )
+    assert (ungated.accepted, good.accepted, refused.accepted) == (None, True, False)
+    assert refused.reason == "refused: first pick 3.8% < 85%"
+    assert store.latest_model(**key) == refused, "the newest, whatever its verdict"
+    assert store.latest_model(**key, accepted_only=True) == good, "the one in use"
+    assert [m.accepted for m in store.list_models()] == [False, True, None]
+    assert store.latest_model(**{**key, "template_version": 3}, accepted_only=True) is None
+
+
 def test_count_family_records_counts_what_arrived_after_a_seq(store: ScheduleStore) -> None:
     first = [record(1.0, config={"MR": i}) for i in range(3)]
     store.commit_records(first)

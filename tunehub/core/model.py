@@ -15,6 +15,12 @@ class ModelInfo:
     the training read, so a trainer knows how many records arrived since. ``metrics`` are
     held-out figures (e.g. ``spearman``, ``top1_fraction``). The artifact (the model's bytes)
     is stored beside the row and read apart, by id.
+
+    ``accepted`` is the quality gate's verdict (see ``tunehub.cost_model.registry.gate``):
+    only an accepted model ranks candidates in jobs and answers ``predicted`` lookups (the
+    newest accepted one of its family, template and template version: the *active* model);
+    a refused one is kept as a candidate, with ``reason`` saying why. None: registered before
+    the gate existed (never used; the trainer retrains and gates it).
     """
 
     family_key: str
@@ -28,6 +34,8 @@ class ModelInfo:
     created_at: datetime
     metrics: dict[str, float] = field(default_factory=dict)
     target_label: str = ""  # a readable name of the family (kind, model, arch)
+    accepted: bool | None = None
+    reason: str = ""  # the gate's figures behind its verdict, one line
     id: int = 0
     version: int = 0
 

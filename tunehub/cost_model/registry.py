@@ -4,7 +4,14 @@ trainer that retrains when enough new records arrive.
 
 Training never happens on a lookup: ``GlobalTrainer`` runs in a thread of the service (and
 ``tunehub`` jobs train their own online models in their Session); lookups only read the
-latest registered model through ``ModelCache``.
+latest accepted model through ``ModelCache``.
+
+Every model passes a quality gate before it is used (``gate``): on the held-out workloads,
+its first pick must reach at least the share of the best that the template's analytical
+default reaches there (the default is what answers without a model), its ranking must
+correlate with the measurements, and its predicted times must be within a factor of the
+measured. A model that fails is registered all the same, refused, with the reason: it shows
+on ``/models`` as a candidate and is never used.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import statistics
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,21 +43,152 @@ MIN_NEW_RECORDS = 200
 GLOBAL_ENSEMBLE = 3
 
 
+# The gate (see ``gate``): held-out workloads on which the default was measured, at least;
+# the median Spearman above this; the median predicted time within 2**this of the measured.
+GATE_MIN_WORKLOADS = 2
+GATE_MIN_SPEARMAN = 0.0
+GATE_MAX_TIME_LOG2_ERROR = 2.0
+# A pick that failed (share 0) counts as this share in a geometric mean.
+SHARE_FLOOR = 1e-3
+
+DefaultConfig = Callable[[Workload, Target], Config | None]
+
+
+def template_default(template: str) -> DefaultConfig:
+    """The template's analytical default for a workload and target (None where the template
+    is unknown here or has no default for it): what the gate measures a model against."""
+
+    def default(workload: Workload, target: Target) -> Config | None:
+        from tunehub.kernels.registry import get_template
+
+        try:
+            return get_template(template).default_config(workload, target)
+        except Exception:  # an unknown template, a workload it cannot run: no default
+            return None
+
+    return default
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean of shares of the best, each floored at SHARE_FLOOR."""
+    return math.exp(statistics.fmean(math.log(max(v, SHARE_FLOOR)) for v in values))
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One workload held out of a model trained on the others: the model's rank correlation
+    with the measured throughput, the share of the workload's best (among the configs
+    measured) its first pick reaches, the share the template's analytical default reaches
+    (None where the default was not measured), and |log2(predicted / measured time)| of the
+    first pick (None without a predicted time)."""
+
+    workload: Workload
+    configs: int
+    spearman: float  # NaN where either side is constant
+    top1: float
+    default: float | None
+    time_log2_error: float | None
+
+
+def held_out_workloads(
+    template: str,
+    records: Sequence[MeasureRecord],
+    *,
+    holdout: int | None = HOLDOUT_WORKLOADS,
+    default: DefaultConfig | None = None,
+) -> list[HeldOut]:
+    """Leave-one-workload-out over up to ``holdout`` workloads (those where the template's
+    ``default`` config was measured first, then the largest; all of them with ``holdout``
+    None), each held out of a model trained as the global model is on the records of the
+    others. The first pick is ``pick_config``'s without the default: the model's own choice,
+    as a job's first trial and a lookup make it. Empty with fewer than two workloads."""
+    from scipy.stats import spearmanr
+
+    groups = [g for g in group_records(records, template) if any(x is not None for x in g.gflops)]
+    if len(groups) < 2:
+        return []
+    defaults: dict[int, int] = {}  # group index -> the default config's index in it
+    for i, group in enumerate(groups):
+        config = default(group.workload, group.target) if default is not None else None
+        keys = [c.key for c in group.configs]
+        if config is not None and config.key in keys:
+            defaults[i] = keys.index(config.key)
+    order = sorted(range(len(groups)), key=lambda i: (i not in defaults, -len(groups[i].configs)))
+    out = []
+    for i in order[:holdout]:
+        group = groups[i]
+        train = [r for r in records if r.request.workload.key != group.workload.key]
+        model = XGBCostModel(template, learn_secs=True, ensemble=GLOBAL_ENSEMBLE)
+        model.fit(train)
+        if not model.trained:
+            continue
+        measured = normalised(group.gflops)
+        scores = np.asarray(model.predict(group.workload, group.target, group.configs))
+        pick = pick_config(
+            model, group.workload, group.target, group.configs, consensus=model.features.consensus
+        )
+        top = next(j for j, c in enumerate(group.configs) if c.key == pick.config.key)
+        gflops = group.gflops[top]
+        error = None
+        if gflops and pick.predicted_secs:
+            measured_secs = group.workload.flops / (gflops * 1e9)
+            error = abs(math.log2(pick.predicted_secs / measured_secs))
+        out.append(
+            HeldOut(
+                workload=group.workload,
+                configs=len(group.configs),
+                spearman=float(spearmanr(scores, measured).statistic),
+                top1=float(measured[top]),
+                default=float(measured[defaults[i]]) if i in defaults else None,
+                time_log2_error=error,
+            )
+        )
+    return out
+
+
+def summarise(rows: Sequence[HeldOut]) -> dict[str, float]:
+    """The held-out figures a model is registered with (see ``held_out_metrics``)."""
+    rhos = [r.spearman for r in rows if math.isfinite(r.spearman)]
+    errors = [r.time_log2_error for r in rows if r.time_log2_error is not None]
+    paired = [(r.top1, r.default) for r in rows if r.default is not None]
+    out: dict[str, float] = {"held_out_workloads": float(len(rows))}
+    if rhos:
+        out["spearman"] = statistics.median(rhos)
+    if rows:
+        out["top1_fraction"] = statistics.median(r.top1 for r in rows)
+    if errors:
+        out["time_log2_error"] = statistics.median(errors)
+    out["compared_workloads"] = float(len(paired))
+    if paired:
+        out["top1_geomean"] = geomean([p for p, _ in paired])
+        out["default_top1_geomean"] = geomean([d for _, d in paired])
+        out["default_top1_fraction"] = statistics.median(d for _, d in paired)
+    return out
+
+
 def held_out_metrics(
-    template: str, records: Sequence[MeasureRecord], *, holdout: int = HOLDOUT_WORKLOADS
+    template: str,
+    records: Sequence[MeasureRecord],
+    *,
+    holdout: int | None = HOLDOUT_WORKLOADS,
+    default: DefaultConfig | None = None,
 ) -> dict[str, float]:
-    """Leave-one-workload-out figures over up to ``holdout`` workloads (the largest): median
-    Spearman of predicted score against measured throughput, median share of the workload's
-    best reached by the model's first pick among the configs measured, and the median
-    |log2(predicted time / measured time)| of that pick. With one workload, its records are
-    split in halves instead (``spearman`` only)."""
+    """The held-out figures of ``held_out_workloads``:
+
+    - ``spearman``: median rank correlation of predicted score with measured throughput;
+    - ``top1_fraction``: median share of the workload's best that the first pick reaches;
+    - ``time_log2_error``: median |log2(predicted / measured time)| of that pick;
+    - over the ``compared_workloads`` where the default was measured: ``top1_geomean`` (the
+      first pick's shares, geometric mean) and ``default_top1_geomean`` and
+      ``default_top1_fraction`` (the default's shares, geometric mean and median).
+
+    With one workload, its records are split in halves instead (``spearman`` only)."""
     from scipy.stats import spearmanr
 
     groups = [g for g in group_records(records, template) if any(x is not None for x in g.gflops)]
     if not groups:
         return {}
     if len(groups) == 1:
-        (group,) = groups
         train = [r for i, r in enumerate(records) if i % 2 == 0]
         test = group_records([r for i, r in enumerate(records) if i % 2 == 1], template)
         if not test or len(test[0].configs) < 3:
@@ -60,39 +198,66 @@ def held_out_metrics(
         half = model.predict(test[0].workload, test[0].target, test[0].configs)
         rho = spearmanr(half, normalised(test[0].gflops)).statistic
         return {"spearman": float(rho), "held_out_workloads": 0.0}
-    rhos, tops, errors = [], [], []
-    for group in sorted(groups, key=lambda g: -len(g.configs))[:holdout]:
-        key = (group.workload.key, group.target.target_key)
-        train = [
-            r
-            for r in records
-            if (r.request.workload.key, r.request.target.target_key) != key
-            and r.request.workload.key != group.workload.key
-        ]
-        model = XGBCostModel(template, learn_secs=True, ensemble=GLOBAL_ENSEMBLE)
-        model.fit(train)
-        if not model.trained:
-            continue
-        measured = normalised(group.gflops)
-        scores = np.asarray(model.predict(group.workload, group.target, group.configs))
-        rho = spearmanr(scores, measured).statistic
-        if math.isfinite(rho):
-            rhos.append(float(rho))
-        top = int(np.argmax(scores))
-        tops.append(float(measured[top]))
-        gflops = group.gflops[top]
-        secs = model.predict_secs(group.workload, group.target, [group.configs[top]])
-        if gflops and secs:
-            measured_secs = group.workload.flops / (gflops * 1e9)
-            errors.append(abs(math.log2(secs[0] / measured_secs)))
-    out: dict[str, float] = {"held_out_workloads": float(len(tops))}
-    if rhos:
-        out["spearman"] = statistics.median(rhos)
-    if tops:
-        out["top1_fraction"] = statistics.median(tops)
-    if errors:
-        out["time_log2_error"] = statistics.median(errors)
-    return out
+    return summarise(held_out_workloads(template, records, holdout=holdout, default=default))
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """Whether a model may be used, and the figures that decided it (one line)."""
+
+    accepted: bool
+    reason: str
+
+
+def gate(metrics: Mapping[str, float]) -> GateVerdict:
+    """The quality gate: a model is used only when, on the held-out workloads where the
+    template's analytical default was measured (at least GATE_MIN_WORKLOADS of them), the
+    geometric mean of its first pick's share of the best is at least the default's; its
+    median Spearman is above GATE_MIN_SPEARMAN; and its median predicted time is within
+    2**GATE_MAX_TIME_LOG2_ERROR of the measured. Otherwise it is refused, and the reason
+    names each bar it missed.
+
+    >>> gate({"compared_workloads": 3, "top1_geomean": 0.9, "default_top1_geomean": 0.8,
+    ...       "spearman": 0.5, "time_log2_error": 0.3}).accepted
+    True
+    >>> print(gate({"compared_workloads": 5, "top1_geomean": 0.04, "default_top1_geomean": 0.8,
+    ...             "spearman": -0.02, "time_log2_error": 4.8}).reason)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    refused: first pick 4.0% of the best < the default's 80.0% (geomean over 5 held-out
+    workloads); Spearman -0.020 <= 0; time error x27.9 > x4
+    """
+    compared = int(metrics.get("compared_workloads", 0))
+    if compared < GATE_MIN_WORKLOADS:
+        return GateVerdict(
+            False,
+            f"refused: {compared} held-out workload(s) where the default was measured, "
+            f"fewer than the {GATE_MIN_WORKLOADS} needed to compare the model with it",
+        )
+    top = metrics.get("top1_geomean", math.nan)
+    base = metrics.get("default_top1_geomean", math.nan)
+    rho = metrics.get("spearman", math.nan)
+    error = metrics.get("time_log2_error", math.nan)
+
+    def pick(sign: str) -> str:
+        return (
+            f"first pick {100 * top:.1f}% of the best {sign} the default's {100 * base:.1f}% "
+            f"(geomean over {compared} held-out workloads)"
+        )
+
+    missed = []
+    if not top >= base:  # NaN fails too
+        missed.append(pick("<"))
+    if not rho > GATE_MIN_SPEARMAN:
+        missed.append(f"Spearman {rho:.3f} <= {GATE_MIN_SPEARMAN:g}")
+    if not error <= GATE_MAX_TIME_LOG2_ERROR:
+        limit = 2**GATE_MAX_TIME_LOG2_ERROR
+        missed.append(f"time error x{2**error:.1f} > x{limit:g}")
+    if missed:
+        return GateVerdict(False, "refused: " + "; ".join(missed))
+    return GateVerdict(
+        True,
+        f"accepted: {pick('>=')}; Spearman {rho:.3f}; time error x{2**error:.2f}",
+    )
 
 
 def train_global_model(
@@ -103,9 +268,12 @@ def train_global_model(
     template_version: int,
     target_label: str = "",
     knob_names: Sequence[str] = (),
+    default: DefaultConfig | None = None,
 ) -> ModelInfo | None:
     """Train the family's global model on every stored record of the template version,
-    measure it on held-out workloads, and register it; None if there is nothing to learn."""
+    measure it and the template's analytical ``default`` (the registry's template's, unless
+    given) on held-out workloads, and register it, accepted or refused by ``gate``; None if
+    there is nothing to learn."""
     records = store.family_records(
         family_key=family_key,
         template=template,
@@ -116,7 +284,8 @@ def train_global_model(
     if not any(r.gflops for r in verdicts):
         return None
     start = time.perf_counter()
-    metrics = held_out_metrics(template, verdicts)
+    metrics = held_out_metrics(template, verdicts, default=default or template_default(template))
+    verdict = gate(metrics)
     model = XGBCostModel(template, knob_names=knob_names, learn_secs=True, ensemble=GLOBAL_ENSEMBLE)
     model.fit(verdicts)
     if not model.trained:
@@ -134,11 +303,15 @@ def train_global_model(
         created_at=utc_now(),
         metrics=metrics,
         target_label=target_label,
+        accepted=verdict.accepted,
+        reason=verdict.reason,
     )
     stored = store.register_model(info, model.to_bytes())
-    log.info(
-        "registered %s: %d records of %d workloads, %s",
+    log.log(
+        logging.INFO if verdict.accepted else logging.WARNING,
+        "registered %s (%s): %d records of %d workloads, %s",
         stored.label,
+        verdict.reason,
         stored.records_used,
         stored.workloads_used,
         ", ".join(f"{k} {v:.3g}" for k, v in sorted(metrics.items())),
@@ -172,6 +345,7 @@ class ModelCache:
         self._picks: OrderedDict[tuple[str, str, int], Prediction] = OrderedDict()
 
     def latest(self, family_key: str, template: str, template_version: int) -> ModelInfo | None:
+        """The model in use: the newest the gate accepted (refused ones are never used)."""
         key = (family_key, template, template_version)
         now = time.monotonic()
         with self._lock:
@@ -179,7 +353,10 @@ class ModelCache:
         if cached is not None and now - cached[0] < self.latest_ttl_secs:
             return cached[1]
         info = self.store.latest_model(
-            family_key=family_key, template=template, template_version=template_version
+            family_key=family_key,
+            template=template,
+            template_version=template_version,
+            accepted_only=True,
         )
         with self._lock:
             self._latest[key] = (now, info)
@@ -274,8 +451,9 @@ class Trainable:
 
 class GlobalTrainer:
     """A background thread that retrains a family's global model when ``min_new_records``
-    records arrived since its latest model (or it has none and has that many), every
-    ``interval_secs``. ``trainables`` says which (family, template, version) to watch."""
+    records arrived since its latest model, accepted or refused (or it has none and has that
+    many, or its latest was registered before the gate), every ``interval_secs``.
+    ``trainables`` says which (family, template, version) to watch."""
 
     def __init__(
         self,
@@ -300,6 +478,8 @@ class GlobalTrainer:
             template=item.template,
             template_version=item.template_version,
         )
+        if latest is not None and latest.accepted is None:
+            return True  # registered before the gate: never used until a gated one replaces it
         new = self.store.count_family_records(
             family_key=item.family_key,
             template=item.template,

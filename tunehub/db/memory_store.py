@@ -750,12 +750,12 @@ class MemoryScheduleStore(ScheduleStore):
         return sorted(found, key=lambda m: -m.id)[:limit]
 
     def latest_model(
-        self, *, family_key: str, template: str, template_version: int
+        self, *, family_key: str, template: str, template_version: int, accepted_only: bool = False
     ) -> ModelInfo | None:
         found = [
             m
             for m in self.list_models(family_key=family_key, template=template, limit=1 << 30)
-            if m.template_version == template_version
+            if m.template_version == template_version and (m.accepted or not accepted_only)
         ]
         return found[0] if found else None
 

@@ -1002,6 +1002,8 @@ class SqlScheduleStore(ScheduleStore):
                 last_record_seq=info.last_record_seq,
                 metrics=dict(info.metrics),
                 created_at=info.created_at,
+                accepted=info.accepted,
+                reason=info.reason,
                 artifact=bytes(artifact),
             )
             session.add(row)
@@ -1021,7 +1023,7 @@ class SqlScheduleStore(ScheduleStore):
             return [_model(row) for row in session.scalars(query)]
 
     def latest_model(
-        self, *, family_key: str, template: str, template_version: int
+        self, *, family_key: str, template: str, template_version: int, accepted_only: bool = False
     ) -> ModelInfo | None:
         query = (
             select(ModelRow)
@@ -1033,6 +1035,8 @@ class SqlScheduleStore(ScheduleStore):
             .order_by(ModelRow.id.desc())
             .limit(1)
         )
+        if accepted_only:
+            query = query.where(ModelRow.accepted.is_(True))
         with session_scope(self._read) as session:
             row = session.scalars(query).first()
             return None if row is None else _model(row)
@@ -1443,6 +1447,8 @@ def _model(row: ModelRow) -> ModelInfo:
         last_record_seq=row.last_record_seq,
         metrics={str(k): float(v) for k, v in (row.metrics or {}).items()},
         created_at=row.created_at,
+        accepted=row.accepted,
+        reason=row.reason or "",
     )
 
 

@@ -516,9 +516,10 @@ class ScheduleStore(ABC):
 
     @abstractmethod
     def latest_model(
-        self, *, family_key: str, template: str, template_version: int
+        self, *, family_key: str, template: str, template_version: int, accepted_only: bool = False
     ) -> ModelInfo | None:
-        """The newest model of the family, template and template version, or None."""
+        """The newest model of the family, template and template version, or None; with
+        ``accepted_only``, the newest the quality gate accepted (the one in use)."""
 
     @abstractmethod
     def model_artifact(self, model_id: int) -> bytes | None:

@@ -272,7 +272,9 @@ class WorkerRow(Base):
 
 class ModelRow(Base):
     """A registered cost model (the global model of a target family for one template
-    version) with its held-out metrics; ``artifact`` is the model itself, read apart."""
+    version) with its held-out metrics and the quality gate's verdict; ``artifact`` is the
+    model itself, read apart. The newest accepted model of a (family, template, version) is
+    the one in use."""
 
     __tablename__ = "models"
     __table_args__ = (UniqueConstraint("family_key", "template", "template_version", "version"),)
@@ -290,6 +292,9 @@ class ModelRow(Base):
     last_record_seq: Mapped[int] = mapped_column(BigInteger)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime]
+    # The quality gate's verdict (NULL: registered before the gate) and its figures.
+    accepted: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, server_default="")
     artifact: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 
-from tunehub.core import MeasureStatus
+from tunehub.core import MeasureStatus, ModelInfo
 from tunehub.db.store import JobNotFound
 from tunehub.kernels.registry import UnknownTemplate, get_template
 from tunehub.service.auth import KeyedRoute, ReadAccess
@@ -30,7 +30,7 @@ JobId = Annotated[int, Path(ge=1, le=2**31 - 1, description="Job id.")]
     "/models",
     response_model=ModelListOut,
     operation_id="list_models",
-    summary="Registered cost models with their held-out metrics",
+    summary="Registered cost models: the ones in use and the refused candidates",
 )
 def list_models(
     store: StoreDep,
@@ -45,9 +45,22 @@ def list_models(
         ),
     ] = None,
 ) -> ModelListOut:
-    """Every registered global model, newest first."""
+    """Every registered global model, newest first, with its held-out metrics, the analytical
+    default's on the same workloads and the quality gate's verdict; `active` lists the model
+    in use of each family, template and template version (the newest accepted one)."""
     found = store.list_models(template=template, limit=limit)
-    return ModelListOut(items=[ModelOut.from_core(m) for m in found])
+    active: dict[tuple[str, str, int], ModelInfo] = {}
+    for key in dict.fromkeys((m.family_key, m.template, m.template_version) for m in found):
+        info = store.latest_model(
+            family_key=key[0], template=key[1], template_version=key[2], accepted_only=True
+        )
+        if info is not None:
+            active[key] = info
+    in_use = {m.id for m in active.values()}
+    return ModelListOut(
+        active=[ModelOut.from_core(m, active=True) for m in active.values()],
+        items=[ModelOut.from_core(m, active=m.id in in_use) for m in found],
+    )
 
 
 @router.get(
@@ -58,8 +71,9 @@ def list_models(
     responses={404: {"description": "No such job."}},
 )
 def job_predictions(job_id: JobId, store: StoreDep, models: ModelsDep) -> PredictionListOut:
-    """For each ok record of the job, the latest global model of its target family and
-    template predicts the config's time; `model` is null when no model is registered."""
+    """For each ok record of the job, the model in use for its target family and template
+    (the newest the quality gate accepted) predicts the config's time; `model` is null when
+    there is none."""
     try:
         job = store.get_job(job_id)
         records = store.job_records(job_id)
@@ -97,4 +111,4 @@ def job_predictions(job_id: JobId, store: StoreDep, models: ModelsDep) -> Predic
             spearmanr([i.measured_secs for i in items], [i.predicted_secs for i in items]).statistic
         )
         rho = value if value == value else None  # NaN when either side is constant
-    return PredictionListOut(model=ModelOut.from_core(info), items=items, spearman=rho)
+    return PredictionListOut(model=ModelOut.from_core(info, active=True), items=items, spearman=rho)

@@ -472,8 +472,14 @@ class LookupBatchOut(BaseModel):
     results: list[LookupHitOut | LookupMissOut] = Field(description="One per item, in order.")
 
 
+# Metrics of the analytical default on a model's held-out workloads: stored with the model's
+# under this prefix, shown apart (``ModelOut.default_metrics``).
+DEFAULT_PREFIX = "default_"
+
+
 class ModelOut(BaseModel):
-    """A registered global cost model and its held-out metrics."""
+    """A registered global cost model, its held-out metrics, the analytical default's on the
+    same workloads, and the quality gate's verdict."""
 
     id: int = Field(description="Model id.")
     version: int = Field(description="Version within its family, template and template version.")
@@ -489,13 +495,39 @@ class ModelOut(BaseModel):
     metrics: dict[str, float] = Field(
         description="Held out, one workload at a time: `spearman` (median rank correlation "
         "with measured throughput), `top1_fraction` (median share of the workload's best that "
-        "the model's first pick reaches), `time_log2_error` (median |log2| error of its "
-        "predicted time), `held_out_workloads`, `train_secs`."
+        "the model's first pick reaches), `top1_geomean` (its geometric mean over the "
+        "`compared_workloads`: those where the analytical default was measured), "
+        "`time_log2_error` (median |log2| error of its predicted time), "
+        "`held_out_workloads`, `compared_workloads`, `train_secs`."
+    )
+    default_metrics: dict[str, float] = Field(
+        description="The template's analytical default on the same held-out workloads: "
+        "`top1_geomean` and `top1_fraction` (geometric mean and median share of the best it "
+        "reaches): the bar the model's first pick must clear."
+    )
+    accepted: bool | None = Field(
+        description="The quality gate's verdict: true, the model may be used; false, refused "
+        "(kept as a candidate, never used); null, registered before the gate (never used)."
+    )
+    active: bool = Field(
+        description="The model in use for its family, template and template version: the "
+        "newest accepted one. It ranks job candidates and answers `predicted` lookups."
+    )
+    reason: str = Field(
+        description="The gate's figures behind its verdict, e.g. `refused: first pick 3.8% of "
+        "the best < the default's 85.6% (geomean over 5 held-out workloads)`."
     )
     created_at: datetime = Field(description="When it was registered (UTC).")
 
     @classmethod
-    def from_core(cls, info: ModelInfo) -> ModelOut:
+    def from_core(cls, info: ModelInfo, *, active: bool = False) -> ModelOut:
+        finite = {k: v for k, v in info.metrics.items() if math.isfinite(v)}
+        reason = info.reason or (
+            "not gated: registered before the quality gate; never used until the trainer "
+            "retrains it"
+            if info.accepted is None
+            else ""
+        )
         return cls(
             id=info.id,
             version=info.version,
@@ -508,15 +540,30 @@ class ModelOut(BaseModel):
             features=info.features,
             records_used=info.records_used,
             workloads_used=info.workloads_used,
-            metrics={k: v for k, v in info.metrics.items() if math.isfinite(v)},
+            metrics={k: v for k, v in finite.items() if not k.startswith(DEFAULT_PREFIX)},
+            default_metrics={
+                k.removeprefix(DEFAULT_PREFIX): v
+                for k, v in finite.items()
+                if k.startswith(DEFAULT_PREFIX)
+            },
+            accepted=info.accepted,
+            active=active,
+            reason=reason,
             created_at=info.created_at,
         )
 
 
 class ModelListOut(BaseModel):
-    """Registered models, newest first."""
+    """Registered models, newest first, and the ones in use."""
 
-    items: list[ModelOut] = Field(description="The models.")
+    active: list[ModelOut] = Field(
+        description="The model in use for each family, template and template version that has "
+        "an accepted one (also where it is older than this page)."
+    )
+    items: list[ModelOut] = Field(
+        description="Registered models, newest first: accepted, refused candidates (with the "
+        "gate's reason) and models registered before the gate."
+    )
 
 
 class PredictionOut(BaseModel):
