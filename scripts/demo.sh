@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up tunehub, start the service on the embedded defaults (SQLite in $TUNEHUB_HOME, local CPU
-# worker), tune a small demo GEMM through the API, print its schedule, and keep serving.
+# worker), tune a small demo GEMM through the API, print its best in one line, and keep serving.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -30,9 +30,15 @@ while :; do
   case "${state% *}" in succeeded|failed|cancelled) break ;; esac
   sleep 3
 done
-echo "schedule lookup:"
-echo "  curl '$url/api/v1/schedules/best?op=matmul&m=256&n=256&k=256&dtype=float32'"
-curl -fsS "$url/api/v1/schedules/best?op=matmul&m=256&n=256&k=256&dtype=float32" | .venv/bin/python -m json.tool
-echo
 echo "dashboard: $url/  (Ctrl-C stops the service; give it the key above to cancel or submit)"
+# The last line: the job's one best (the schedule the lookup serves, with its speedup over the
+# library) and how a compiler looks it up.
+lookup="curl '$url/api/v1/schedules/best?op=matmul&m=256&n=256&k=256&dtype=float32'"
+curl -fsS "$url/api/v1/jobs/$id" | .venv/bin/python -c '
+import json, sys
+from tunehub.tuner.best import best_line
+job = json.load(sys.stdin)
+line = best_line(job["best"], job["workload_label"], job["target_label"])
+print(f"{line}; lookup: {sys.argv[1]}")
+' "$lookup"
 wait $server

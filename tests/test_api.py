@@ -473,3 +473,77 @@ def test_record_and_job_errors_show_the_reason_not_server_paths_or_tracebacks(
     assert client.get(f"/api/v1/jobs/{job_id}").json()["error"] == (
         "OSError: [Errno 28] build: full"
     )
+
+
+def test_a_jobs_best_is_the_schedule_the_lookup_serves(
+    client: TestClient, store: MemoryScheduleStore
+) -> None:
+    """Issue 23's two bests: the fastest single trial (A) and the confirmed winner (B, which the
+    confirmation re-timed faster). The job object, the job list and the lookup name one: the
+    served schedule, marked unconfirmed until the confirmation."""
+    local = local_cpu_target()
+    workload = Workload(m=256, n=256, k=256)  # SHAPE
+    job_id = submit(client).json()["id"]
+    assert client.get(f"/api/v1/jobs/{job_id}").json()["best"] is None, "nothing measured yet"
+    a, b, slow = (
+        dataclasses.replace(record(local, workload, {"MR": mr}, secs), job_id=job_id)
+        for mr, secs in ((8, 1.0e-3), (6, 1.02e-3), (4, 2e-3))
+    )
+    store.commit_records([slow, a, b])
+    store.commit_baseline(baseline_record(local, workload, 1, 1.12e-3))
+    changes_seen(client)
+    lookup_params = {**SHAPE, "template": "blis.gemm"}
+
+    def job_and_lookup() -> tuple[dict[str, Any], dict[str, Any]]:
+        job = client.get(f"/api/v1/jobs/{job_id}").json()
+        (listed,) = [j for j in client.get("/api/v1/jobs").json()["items"] if j["id"] == job_id]
+        assert listed["best"] == job["best"], "the list and the job say the same"
+        return job, client.get("/api/v1/schedules/best", params=lookup_params).json()
+
+    job, served = job_and_lookup()
+    best = job["best"]
+    assert best["confirmed"] is False, "before the confirmation: the best trial so far"
+    assert (
+        (best["config"], best["record_id"])
+        == (served["config"], served["record_id"])
+        == (
+            a.request.config.to_dict(),
+            a.uid,
+        )
+    )
+    assert best["gflops"] == pytest.approx(served["gflops"]) == pytest.approx(job["best_gflops"])
+    assert best["speedup_vs_baseline"] == pytest.approx(served["speedup_vs_baseline"])
+    assert best["speedup_vs_baseline"] == pytest.approx(1.12)
+
+    store.confirm_schedule(
+        workload_key=workload.key,
+        target_key=local.target_key,
+        template="blis.gemm",
+        candidates={a.uid, b.uid},
+        winner_uid=b.uid,
+        confirmation=Confirmation(1.01e-3, 0.02, 5, utc_now(), others={a.uid: 1.03e-3}),
+    )
+    store.set_job_state(job_id, JobState.SUCCEEDED)  # as the runner does after confirming
+    changes_seen(client)
+    job, served = job_and_lookup()
+    best = job["best"]
+    assert best["confirmed"] is True and served["confirmed_rounds"] == best["confirmed_rounds"]
+    assert (
+        (best["config"], best["record_id"])
+        == (served["config"], served["record_id"])
+        == (
+            b.request.config.to_dict(),
+            b.uid,
+        )
+    )
+    assert best["gflops"] == pytest.approx(served["confirmed_gflops"])
+    assert best["median_secs"] == pytest.approx(served["confirmed_median_secs"]) == 1.01e-3
+    assert best["speedup_vs_baseline"] == pytest.approx(served["speedup_vs_baseline"])
+    assert best["speedup_vs_baseline"] == pytest.approx(1.12e-3 / 1.01e-3)
+    assert best["library"] == "openblas 0.3.31" and best["baseline_faster"] is False
+    assert best["source"] == served["source"] == "exact"
+    # The fastest single trial stays on the job as what it is, and is not the best quoted.
+    assert job["best_record_uid"] == a.uid and job["best_gflops"] > best["gflops"]
+    # A job of another workload has no best until something of its own is measured.
+    other = submit(client, workload={**SHAPE, "m": 7}).json()
+    assert other["best"] is None

@@ -94,3 +94,73 @@ def test_jobs_over_http(tmp_path: Path) -> None:
     with LiveServer(tmp_path) as server:
         proc = tunehub(tmp_path, "jobs", "--url", server.url)
         assert "no jobs yet" in proc.stdout
+
+
+def seed_two_bests(home: Path) -> tuple[float, float, float]:
+    """A finished job whose confirmation picked another config than its fastest trial (issue
+    23's job 1: best trial 310.2, confirmed winner 304.9), with the library timed beside it,
+    and a job with one trial so far. Both are of a target no worker here serves, so the live
+    server runs neither. Returns (trial GFLOP/s, confirmed GFLOP/s, speedup)."""
+    from tunehub.core import (
+        Config,
+        Confirmation,
+        JobSpec,
+        JobState,
+        MeasureRecord,
+        MeasureRequest,
+        MeasureResult,
+        MeasureStatus,
+        Target,
+        Workload,
+        utc_now,
+    )
+    from tunehub.db import SqlScheduleStore, upgrade
+
+    url = f"sqlite:///{home / 'tunehub.db'}"
+    upgrade(url)
+    store = SqlScheduleStore(url)
+    target = Target(kind="cpu", name="Elsewhere CPU", arch=("avx2", "fma"), cores=2)
+    store.put_target(target)
+    workload = Workload(m=256, n=256, k=256)
+
+    def rec(
+        template: str, config: dict[str, int], secs: float, job: int | None, w: Workload = workload
+    ) -> MeasureRecord:
+        req = MeasureRequest(w, target, template, 2, Config(config))
+        env = {"blas": "openblas", "blas_version": "0.3.31"}
+        result = MeasureResult(MeasureStatus.OK, repeat_secs=(secs,), environment=env)
+        return MeasureRecord(request=req, result=result, job_id=job)
+
+    job = store.create_job(JobSpec(workload, target.target_key))
+    trial, winner = workload.flops / 310.2e9, workload.flops / 304.0e9
+    a = rec("blis.gemm", {"MR": 6, "NR": 32, "threads": 1}, trial, job.id)
+    b = rec("blis.gemm", {"MR": 6, "NR": 64, "threads": 1}, winner, job.id)
+    store.commit_records([a, b])
+    store.commit_baseline(rec("numpy.matmul", {"threads": 1}, workload.flops / 272.0e9, None))
+    confirmed = workload.flops / 304.9e9
+    store.confirm_schedule(
+        workload_key=workload.key, target_key=target.target_key, template="blis.gemm",
+        candidates={a.uid, b.uid}, winner_uid=b.uid,
+        confirmation=Confirmation(confirmed, 0.01, 5, utc_now(), others={a.uid: winner}),
+    )  # fmt: skip
+    store.set_job_state(job.id, JobState.SUCCEEDED)
+    small = Workload(m=64, n=64, k=64)
+    running = store.create_job(JobSpec(small, target.target_key))
+    store.commit_records([rec("blis.gemm", {"MR": 4}, 1e-5, running.id, small)])
+    store.close()
+    return 310.2, 304.9, 304.9 / 272.0
+
+
+def test_jobs_show_the_confirmed_best_and_its_speedup(tmp_path: Path) -> None:
+    trial, confirmed, speedup = seed_two_bests(tmp_path)
+    local = tunehub(tmp_path, "jobs").stdout
+    with LiveServer(tmp_path) as server:
+        remote = tunehub(tmp_path, "jobs", "--url", server.url).stdout
+    for listing in (local, remote):
+        lines = listing.splitlines()
+        (done,) = [line for line in lines if "matmul 256x256x256" in line]
+        assert f"{confirmed:9.2f}  {speedup:5.2f}x" in done, done
+        assert f"{trial:.2f}" not in listing, "the single trial is not the best quoted"
+        (running,) = [line for line in lines if "matmul 64x64x64" in line]
+        assert "*" in running and "-" in running.split("*")[1], "unconfirmed, no library yet"
+        assert "* the best trial so far, unconfirmed" in lines[-1]

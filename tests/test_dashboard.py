@@ -392,7 +392,12 @@ def test_jobs_page_lists_the_jobs_with_their_best(
     done = rows[str(ids["done"])]
     assert done.attrs["data-state"] == "succeeded"
     assert done.find_all("span", {"class": "badge state-succeeded"})[0].text() == "succeeded"
-    assert done.find_all("td", {"class": "num best-gflops"})[0].text() == gflops_text(1.0e-3)
+    # No confirmation in this seed: the served schedule is the best trial, and says so.
+    best_cell = done.find_all("td", {"class": "num best-gflops"})[0]
+    assert best_cell.text() == f"{gflops_text(1.0e-3)} unconfirmed"
+    assert best_cell.find_all("span", {"class": "unconfirmed"})
+    speedup = done.find_all("td", {"class": "num speedup faster"})[0].text()
+    assert speedup == f"{BASELINE_SECS / 1.0e-3:.2f}\u00d7 openblas 0.3.31"
     assert f"{len(TRIALS)} / {len(TRIALS)}" in done.text()
     assert WORKLOAD.label in done.text() and TARGET.label in done.text()
     assert "blis.gemm" in done.text()
@@ -426,6 +431,54 @@ def test_jobs_page_pages_when_there_are_more_jobs_than_the_limit(
 
 
 @needs_chromium
+def test_pages_quote_the_confirmed_winner_not_the_fastest_trial(
+    tmp_path_factory: pytest.TempPathFactory, profile: Path
+) -> None:
+    """Issue 23's job 1: its fastest trial (A) and the winner its confirmation kept (B). The
+    jobs list and the job page show B, the schedule the lookup serves, and its speedup."""
+    from tunehub.core import Confirmation, utc_now
+
+    home = tmp_path_factory.mktemp("confirmed-home")
+    url = f"sqlite:///{home / 'tunehub.db'}"
+    upgrade(url)
+    store = SqlScheduleStore(url)
+    try:
+        store.put_target(TARGET)
+        job = store.create_job(JobSpec(WORKLOAD, TARGET.target_key))
+        a = make_record(job.id, 1, MeasureStatus.OK, 1.0e-3, "")
+        b = make_record(job.id, 2, MeasureStatus.OK, 1.02e-3, "")
+        store.commit_records([a, b])
+        store.commit_baseline(baseline_record())
+        store.confirm_schedule(
+            workload_key=WORKLOAD.key, target_key=TARGET.target_key, template="blis.gemm",
+            candidates={a.uid, b.uid}, winner_uid=b.uid,
+            confirmation=Confirmation(1.01e-3, 0.02, 5, utc_now(), others={a.uid: 1.03e-3}),
+        )  # fmt: skip
+        store.set_job_state(job.id, JobState.SUCCEEDED)
+    finally:
+        store.close()
+    speedup = f"{BASELINE_SECS / 1.01e-3:.2f}\u00d7 openblas 0.3.31"
+    with running_server(Settings(home=home, run_jobs=False)) as base:
+        listing = dump_dom(base + "/", profile)
+        (row,) = listing.by_id("jobs-table").find_all("tr", {"data-job-id": str(job.id)})
+        assert row.find_all("td", {"class": "num best-gflops"})[0].text() == gflops_text(1.01e-3)
+        assert row.find_all("td", {"class": "num speedup faster"})[0].text() == speedup
+        page = dump_dom(f"{base}/jobs/{job.id}", profile)
+    text = page.by_id("job-summary").text()
+    assert f"{gflops_text(1.01e-3)} GFLOP/s" in text and "unconfirmed" not in text
+    assert gflops_text(1.0e-3) not in text, "the fastest single trial is not the best quoted"
+    assert speedup in text and "1.01 ms" in text
+    assert "re-timed over 5 rounds against the runners-up, spread 2.0%" in text
+    assert (
+        f"MC={24 * 2}"
+        in page.by_id("job-summary").find_all("dd", {"class": "best-config"})[0].text()
+    )
+    rows = page.by_id("records-table").find_all("tr", {"data-status": None})
+    assert [r.attrs["data-trial"] for r in rows if r.attrs.get("data-best")] == ["2"]
+    assert_clean_text(page.by_id("job-summary"))
+
+
+@needs_chromium
 def test_job_page_shows_summary_chart_and_every_record(
     seeded_site: tuple[str, dict[str, int]], profile: Path, tmp_path: Path
 ) -> None:
@@ -436,8 +489,10 @@ def test_job_page_shows_summary_chart_and_every_record(
     summary = dom.by_id("job-summary")
     assert summary.attrs["data-state"] == "succeeded"
     text = summary.text()
-    assert f"{gflops_text(1.0e-3)} GFLOP/s" in text
+    assert f"{gflops_text(1.0e-3)} GFLOP/s best trial so far (unconfirmed)" in text
     assert "1.00 ms" in text, "best median time"
+    assert f"{BASELINE_SECS / 1.0e-3:.2f}\u00d7 openblas 0.3.31" in text
+    assert "not yet: the best trial so far" in text
     for expected in (WORKLOAD.label, TARGET.label, "blis.gemm", DEFAULT_STRATEGY,
                      f"{len(TRIALS)} trials"):  # fmt: skip
         assert expected in text

@@ -494,10 +494,11 @@ def tune(
         LeaseKeeper,
         Progress,
         baseline_dict,
-        baseline_for,
+        find_schedule,
         session_for_job,
     )
     from tunehub.tuner import strategy_names as known_strategies
+    from tunehub.tuner.best import best_dict, best_line
     from tunehub.tuner.lookup import LIBRARY_TIE, config_threads
     from tunehub.workers.local import LocalMeasurer
 
@@ -624,22 +625,15 @@ def tune(
         finish(JobState.FAILED, "no candidate measured ok")
         _fail(f"no candidate measured ok in {result.trials_done} trials; see `tunehub jobs`")
     finish(JobState.SUCCEEDED, "")
-    assert best is not None and best.gflops is not None and best.median_secs is not None
-    confirmation = result.confirmation
-    schedule = store.get_schedule(
-        workload_key=workload.key, target_key=target.target_key, template=tmpl.name
-    )
-    winner_config = schedule.config if schedule is not None else best.config
-    winner_secs = (
-        confirmation.median_secs
-        if confirmation is not None
-        else (schedule.median_secs if schedule is not None else best.median_secs)
-    )
-    baseline = baseline_for(
-        store, workload=workload, target=target, template=tmpl.name, config=winner_config
-    )
+    # One best: what the lookup now serves for this workload (the confirmed winner, which can
+    # be another config than the fastest single trial), as the job list and the API show it.
+    answer = find_schedule(store, workload, target, template=tmpl.name)
     store.close()
-    speedup = baseline.median_secs / winner_secs if baseline and baseline.median_secs else None
+    if answer is None:  # an ok record was stored, so a schedule exists; unless it was deleted
+        _fail(f"job {job.id}: no schedule stored for {workload.label}; see `tunehub jobs`")
+    served = best_dict(answer)
+    schedule = answer.schedule
+    confirmation = schedule.confirmation
     out = {
         "job": job.id,
         "workload": workload.label,
@@ -647,28 +641,26 @@ def tune(
         "target": target.label,
         "trials": result.trials_done,
         "stopped_by": result.stopped_by,
-        "config": winner_config.to_dict(),
-        "median_secs": winner_secs,
-        "gflops": workload.gflops(winner_secs),
+        "config": schedule.config.to_dict(),
+        "median_secs": answer.best_secs,
+        "gflops": served["gflops"],
         "confirmed": confirmation is not None,
         "confirmed_spread": confirmation.spread if confirmation else None,
-        "baseline": baseline_dict(baseline),
-        "speedup_vs_baseline": speedup,
+        "baseline": baseline_dict(answer.baseline),
+        "speedup_vs_baseline": answer.speedup_vs_baseline,
+        "best": served,
     }
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
-    knobs = " ".join(f"{k}={v}" for k, v in winner_config.items())
     how = (
         f"confirmed over {confirmation.rounds} rounds, spread {100 * confirmation.spread:.1f}%"
         if confirmation
         else "not confirmed"
     )
-    click.echo(
-        f"best after {result.trials_done} trials ({result.stopped_by}): "
-        f"{workload.gflops(winner_secs):.2f} GFLOP/s, median {winner_secs * 1e3:.3f} ms "
-        f"({how})\n  {knobs}"
-    )
+    click.echo(f"job {job.id}: {result.trials_done} trials ({result.stopped_by}); {how}")
+    click.echo(best_line(served, workload.label, target.label))
+    baseline, speedup = answer.baseline, answer.speedup_vs_baseline
     if baseline is not None and baseline.gflops is not None and speedup is not None:
         # The lookup's rule: within LIBRARY_TIE of the library is a tie, and goes to it.
         verdict = (
@@ -679,13 +671,13 @@ def tune(
             else "the library is faster: use it"
         )
         library = baseline_dict(baseline) or {}
-        how = (
-            f"on {config_threads(winner_config)} thread(s)"
+        on = (
+            f"on {config_threads(schedule.config)} thread(s)"
             if target.kind == "cpu"
             else f"({library.get('library', 'vendor library')})"
         )
         click.echo(
-            f"vs {baseline.request.template} {how}: {baseline.gflops:.2f} GFLOP/s, "
+            f"vs {baseline.request.template} {on}: {baseline.gflops:.2f} GFLOP/s, "
             f"speedup {speedup:.2f}x ({verdict})"
         )
 
@@ -750,7 +742,9 @@ def lookup(
 @click.option("--limit", type=click.IntRange(1, 500), default=20, show_default=True)
 @click.option("--url", default=None, help="Ask this server (or $TUNEHUB_URL) instead of the DB.")
 def jobs(limit: int, url: str | None) -> None:
-    """List recent jobs, newest first."""
+    """List recent jobs, newest first, each with its best: the schedule the lookup serves for
+    its workload (confirmed, or marked as the best trial so far) and its speedup over the
+    library."""
     rows: list[tuple[Any, ...]] = []
     server = _server_url(url)
     if server:
@@ -764,23 +758,40 @@ def jobs(limit: int, url: str | None) -> None:
         for j in items:
             rows.append(
                 (j["id"], j["state"], j["trials_done"], j["budget"]["max_trials"],
-                 j["best_gflops"], j["workload_label"])
+                 j.get("best"), j["workload_label"])
             )  # fmt: skip
     else:
+        from tunehub.tuner.best import best_dict, job_bests
+
         store = _open_store(_store_url(), init=False)
-        for job in store.list_jobs(limit=limit):
+        found = store.list_jobs(limit=limit)
+        targets = {j.spec.target_key: store.get_target(j.spec.target_key) for j in found}
+        for job, answer in zip(found, job_bests(store, found, targets), strict=True):
             rows.append(
                 (job.id, job.state.value, job.trials_done, job.spec.budget.max_trials,
-                 job.best_gflops, job.spec.workload.label)
+                 best_dict(answer) if answer is not None else None, job.spec.workload.label)
             )  # fmt: skip
         store.close()
     if not rows:
         click.echo("no jobs yet: `tunehub tune 256 256 256` or POST /api/v1/jobs")
         return
-    click.echo(f"{'id':>5}  {'state':<10} {'trials':>9}  {'GFLOP/s':>9}  workload")
-    for jid, state, done, total, gflops, label in rows:
-        gf = f"{gflops:9.2f}" if gflops is not None else f"{'-':>9}"
-        click.echo(f"{jid:>5}  {state:<10} {f'{done}/{total}':>9}  {gf}  {label}")
+    click.echo(f"{'id':>5}  {'state':<10} {'trials':>9}  {'GFLOP/s':>9}  {'vs lib':>6}  workload")
+    unconfirmed = False
+    for jid, state, done, total, best, label in rows:
+        gf, mark, speedup = f"{'-':>9}", " ", f"{'-':>6}"
+        if best is not None:
+            gf = f"{best['gflops']:9.2f}"
+            if not best["confirmed"]:
+                mark, unconfirmed = "*", True
+            if best.get("speedup_vs_baseline") is not None:
+                speedup = f"{best['speedup_vs_baseline']:5.2f}x"
+        click.echo(f"{jid:>5}  {state:<10} {f'{done}/{total}':>9}  {gf}{mark} {speedup}  {label}")
+    click.echo(
+        "GFLOP/s: the schedule the lookup serves for the workload (confirmed by a job's "
+        "re-timing"
+        + ("; * the best trial so far, unconfirmed" if unconfirmed else "")
+        + "); vs lib: its speedup over the vendor library"
+    )
 
 
 @main.group()

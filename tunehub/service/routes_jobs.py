@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -23,7 +24,8 @@ from tunehub.service.schemas import (
     RecordOut,
 )
 from tunehub.service.settings import Settings
-from tunehub.tuner import baseline_dict, strategy_names
+from tunehub.tuner import LookupAnswer, baseline_dict, strategy_names
+from tunehub.tuner.best import best_dict, job_bests
 
 router = APIRouter(
     prefix="/api/v1/jobs", tags=["jobs"], route_class=KeyedRoute, dependencies=[ReadAccess]
@@ -67,13 +69,29 @@ class Lookups:
         return self.keys[key_id]
 
 
+def job_outs(
+    store: ScheduleStore, jobs: Sequence[Job], live: set[str] | None = None
+) -> list[JobOut]:
+    """Jobs as the API shows them, each with its ``best`` (the schedule the lookup serves for
+    its workload): a bounded number of store reads however many jobs."""
+    lookups = Lookups(store)  # each target and key looked up once per page
+    targets = {job.spec.target_key: lookups.target(job.spec.target_key) for job in jobs}
+    bests = job_bests(store, jobs, targets)
+    return [
+        job_out(store, job, live, lookups, best=best) for job, best in zip(jobs, bests, strict=True)
+    ]
+
+
 def job_out(
     store: ScheduleStore,
     job: Job,
     live: set[str] | None = None,
     lookups: Lookups | None = None,
+    *,
+    best: LookupAnswer | None = None,
 ) -> JobOut:
-    """The job as the API shows it (``lookups`` shares lookups over a page of jobs)."""
+    """The job as the API shows it (``lookups`` shares lookups over a page of jobs; ``best``
+    is its served schedule, see ``job_outs``)."""
     lookups = lookups or Lookups(store)
     target = lookups.target(job.spec.target_key)
     waiting = None
@@ -83,7 +101,11 @@ def job_out(
             label = target.short_label if target else job.spec.target_key[:12]
             waiting = f"waiting for a worker of target {label}"
     return JobOut.from_core(
-        job, target, waiting_for=waiting, submitted_by=lookups.key_name(job.api_key_id)
+        job,
+        target,
+        waiting_for=waiting,
+        submitted_by=lookups.key_name(job.api_key_id),
+        best=best_dict(best) if best is not None else None,
     )
 
 
@@ -146,7 +168,8 @@ def submit_job(
         max_active_for_key=key.limits.max_queued_jobs or settings.max_queued_jobs_per_key,
         max_active_total=settings.max_queued_jobs,
     )
-    return job_out(store, job)
+    (out,) = job_outs(store, [job])
+    return out
 
 
 def check_budget(max_trials: int, max_secs: float, key: ApiKey, settings: Settings) -> None:
@@ -175,10 +198,8 @@ def list_jobs(
     """Jobs, newest first."""
     states = (state,) if state else ()
     jobs = store.list_jobs(limit=limit, offset=offset, states=states)
-    live = live_target_keys(store)
-    lookups = Lookups(store)  # each target and key looked up once per page
     return JobListOut(
-        items=[job_out(store, j, live, lookups) for j in jobs],
+        items=job_outs(store, jobs, live_target_keys(store)),
         total=store.count_jobs(states=states),
         limit=limit,
         offset=offset,
@@ -187,7 +208,10 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=JobOut, operation_id="get_job", summary="Show a job")
 def get_job(job_id: JobId, store: StoreDep) -> JobOut:
-    return job_out(store, _get_job(store, job_id))
+    """The job, its progress, and `best`: the schedule the lookup serves for its workload
+    (confirmed, or the best trial so far) with its speedup over the library."""
+    (out,) = job_outs(store, [_get_job(store, job_id)])
+    return out
 
 
 @router.get(
@@ -263,4 +287,5 @@ def cancel_job(job_id: JobId, store: StoreDep, key: CancelKey) -> JobOut:
         error="cancelled by request",
         only_from=(JobState.QUEUED, JobState.RUNNING),
     )
-    return job_out(store, job)
+    (out,) = job_outs(store, [job])
+    return out

@@ -137,6 +137,47 @@ class JobRequest(_Strict):
     )
 
 
+class JobBestOut(BaseModel):
+    """The schedule the lookup serves for a job's workload on its target (``GET
+    /api/v1/schedules/best`` with the job's template): the one best to quote."""
+
+    config: dict[str, Any] = Field(description="Knob values, spelled as the kernel spells them.")
+    template: str = Field(description="Template the config belongs to.")
+    template_version: int = Field(description="Version of that template.")
+    gflops: float = Field(
+        description="GFLOP/s to quote: at the confirmed median once confirmed, else the best "
+        "trial's."
+    )
+    median_secs: float = Field(description="The time behind `gflops`.")
+    confirmed: bool = Field(
+        description="True once a job re-timed the winner against the runners-up (the figures "
+        "are the confirmation's); false: the best trial so far, unconfirmed."
+    )
+    confirmed_spread: float | None = Field(
+        description="(max - min) / median of the confirmation rounds' medians."
+    )
+    confirmed_rounds: int | None = Field(description="Confirmation rounds.")
+    confirmed_at: datetime | None = Field(description="When it was confirmed (UTC).")
+    library: str | None = Field(
+        description="The vendor library it is compared with (e.g. `OpenBLAS 0.3.21`); null "
+        "if its Baseline was not measured."
+    )
+    baseline_gflops: float | None = Field(description="The library's GFLOP/s (same threads).")
+    speedup_vs_baseline: float | None = Field(
+        description="Library time / this schedule's time; below 1 the library is faster."
+    )
+    baseline_faster: bool | None = Field(
+        description="True when the library beats it or comes within 2% (a tie): lookups then "
+        "say to prefer the library."
+    )
+    source: Literal["exact", "family"] = Field(
+        description="`exact`: tuned on the job's target; `family`: on another target of its "
+        "family (nothing on this one yet)."
+    )
+    record_id: str = Field(description="uid of the measurement behind the schedule.")
+    target_key: str = Field(description="Target the schedule was measured on.")
+
+
 class JobOut(BaseModel):
     """A tuning job and its progress."""
 
@@ -162,9 +203,19 @@ class JobOut(BaseModel):
         description="Why a queued job is not running yet (e.g. `waiting for a worker of "
         "target …`); null otherwise."
     )
-    best_gflops: float | None = Field(description="Best GFLOP/s among `ok` trials so far.")
-    best_median_secs: float | None = Field(description="Median time of the best trial.")
-    best_record_uid: str | None = Field(description="uid of the best record so far.")
+    best: JobBestOut | None = Field(
+        default=None,
+        description="The one best to quote: the schedule the lookup serves for this job's "
+        "workload, target and template (the confirmed winner once a job confirmed it; before, "
+        "the best trial so far, `confirmed: false`), with its speedup over the library; null "
+        "while nothing is measured ok.",
+    )
+    best_gflops: float | None = Field(
+        description="This job's fastest single trial, unconfirmed (it can differ from `best`: "
+        "the confirmation re-times the top few and may pick another). Quote `best`."
+    )
+    best_median_secs: float | None = Field(description="Median time of that trial.")
+    best_record_uid: str | None = Field(description="uid of that trial's record.")
     created_at: datetime = Field(description="When the job was submitted (UTC).")
     started_at: datetime | None = Field(description="When a runner started it (UTC).")
     finished_at: datetime | None = Field(description="When it ended (UTC).")
@@ -187,6 +238,7 @@ class JobOut(BaseModel):
         *,
         waiting_for: str | None = None,
         submitted_by: str | None = None,
+        best: dict[str, Any] | None = None,
     ) -> JobOut:
         w = job.spec.workload
         return cls(
@@ -204,6 +256,7 @@ class JobOut(BaseModel):
             trials_done=job.trials_done,
             tuning_secs=job.tuning_secs,
             waiting_for=waiting_for,
+            best=JobBestOut.model_validate(best) if best is not None else None,
             best_gflops=job.best_gflops,
             best_median_secs=job.best_median_secs,
             best_record_uid=job.best_record_uid,

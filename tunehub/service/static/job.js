@@ -1,5 +1,6 @@
 // The job page (/jobs/{id}): summary, cancel, best-so-far chart and the table of records.
 
+import { bestConfig, bestGflops, confirmationText, speedupClass, speedupText } from "./best.js";
 import { drawBestChart } from "./chart.js";
 import { drawPredictionChart } from "./prediction_chart.js";
 import {
@@ -91,13 +92,19 @@ function renderSummary(job, baselines) {
     stateBadge(job.state),
     el("span", { class: "subtle" }, orDash(job.workload_label)),
   );
-  const best = isNum(job.best_gflops)
-    ? el("span", {}, `${fmtGflops(job.best_gflops)} GFLOP/s`)
-    : "\u2014";
+  // One best: the schedule the lookup serves for this workload (job.best), not the fastest
+  // single trial; until the job's end confirms it, it is the best trial so far and says so.
+  const best = job.best ?? null;
   const items = [
     item("State", stateBadge(job.state)),
-    item("Best", best, { ddClass: "big best-gflops" }),
-    item("Best median time", fmtSecs(job.best_median_secs), { ddClass: "big" }),
+    item("Best", bestGflops(best, { long: true }), {
+      ddClass: "big best-gflops",
+      title: "The schedule the lookup serves for this workload on this target",
+    }),
+    item("vs library", speedupText(best), { ddClass: `big ${speedupClass(best)}` }),
+    item("Best median time", fmtSecs(best ? best.median_secs : null), { ddClass: "big" }),
+    item("Confirmed", confirmationText(best), { ddClass: "best-confirmed" }),
+    item("Best config", bestConfig(best), { cls: "wide", ddClass: "best-config" }),
     item(baselines.length ? `${baselines[0].library} (${baselines[0].template})` : "Vendor library", baselineText(job, baselines), {
       ddClass: "baseline-gflops",
       title: "The vendor library, timed the same way on the same machine",
@@ -115,10 +122,7 @@ function renderSummary(job, baselines) {
     item("Tuning time", isNum(job.tuning_secs) && job.tuning_secs > 0 ? fmtSpan(job.tuning_secs) : "\u2014", {
       title: "Time spent measuring candidates, over every run of the job (what the budget counts)",
     }),
-    item(
-      "Best record",
-      job.best_record_uid ? el("code", { title: job.best_record_uid }, truncate(job.best_record_uid, 13)) : "\u2014",
-    ),
+    item("Best record", bestRecord(best)),
   ];
   if (job.waiting_for) {
     items.push(item("Waiting", job.waiting_for, { cls: "wide job-waiting" }));
@@ -164,8 +168,22 @@ async function cancelJob() {
   reload();
 }
 
+/** The served schedule's record, and whether it is one of this job's trials. */
+function bestRecord(best) {
+  if (!best) return "\u2014";
+  const uid = best.record_id;
+  const mine = seen.records.some((r) => r.uid === uid);
+  return el(
+    "span",
+    {},
+    el("code", { title: uid }, truncate(uid, 13)),
+    mine ? null : el("span", { class: "subtle" }, " (measured before this job: none of its trials beat it)"),
+  );
+}
+
+/** The record to star: the served schedule's where it is one of this job's. */
 function bestUidOf(job, records) {
-  if (job.best_record_uid) return job.best_record_uid;
+  if (job.best) return records.some((r) => r.uid === job.best.record_id) ? job.best.record_id : null;
   let best = null;
   for (const r of records) {
     if (r.status === "ok" && isNum(r.gflops) && (!best || r.gflops > best.gflops)) best = r;
@@ -187,7 +205,7 @@ function recordRow(record, bestUid) {
       "data-uid": record.uid,
       "data-best": isBest ? "true" : null,
     },
-    el("td", { class: "num" }, orDash(record.trial), isBest ? el("span", { class: "star", title: "best record" }, "\u2605") : null),
+    el("td", { class: "num" }, orDash(record.trial), isBest ? el("span", { class: "star", title: "the best: the schedule the lookup serves" }, "\u2605") : null),
     el("td", {}, statusBadge(record.status)),
     el("td", { class: "num" }, fmtGflops(record.gflops)),
     el("td", { class: "num" }, fmtSecs(record.median_secs)),

@@ -1,5 +1,6 @@
 // The jobs list page (/): a paged table of jobs, refreshed while any shown job is active.
 
+import { bestGflops, speedupClass, speedupText } from "./best.js";
 import {
   ACTIVE_STATES,
   ApiError,
@@ -7,7 +8,6 @@ import {
   el,
   fetchJson,
   fill,
-  fmtGflops,
   IDLE_REFRESH_MS,
   isNum,
   mountKeyBox,
@@ -22,6 +22,7 @@ import {
 } from "./common.js";
 
 const PAGE_SIZE = 50;
+const COLUMNS = 9;
 const MAX_PAGE_SIZE = 200;
 
 /** An integer query parameter of the page's URL, clamped to [lo, hi]. */
@@ -40,7 +41,7 @@ function emptyRow() {
     { class: "empty-row" },
     el(
       "td",
-      { colspan: 8, class: "empty wrap" },
+      { colspan: COLUMNS, class: "empty wrap" },
       el("p", {}, el("strong", {}, "No tuning jobs yet."), " Tune a GEMM on this machine's CPU:"),
       el("pre", {}, "tunehub tune 256 256 256 --trials 32"),
       el("p", {}, "or submit a job to this service:"),
@@ -57,7 +58,8 @@ function jobRow(job) {
     el("td", { class: "num" }, el("a", { href }, `#${job.id}`)),
     el("td", {}, stateBadge(job.state)),
     el("td", {}, progressCell(job)),
-    el("td", { class: "num best-gflops" }, fmtGflops(job.best_gflops)),
+    el("td", { class: "num best-gflops" }, bestGflops(job.best)),
+    el("td", { class: `num ${speedupClass(job.best)}` }, speedupText(job.best)),
     el("td", {}, el("a", { href }, orDash(job.workload_label))),
     el("td", { class: "clip", title: orDash(job.target_label) }, orDash(job.target_label)),
     el("td", {}, orDash(job.template)),
@@ -109,7 +111,7 @@ async function load() {
   document.getElementById("jobs-count").textContent = total > 0 ? `(${total})` : "";
   if (items.length === 0 && total === 0) fill(tbody, emptyRow());
   else if (items.length === 0) {
-    fill(tbody, el("tr", {}, el("td", { colspan: 8, class: "empty" }, "No jobs on this page.")));
+    fill(tbody, el("tr", {}, el("td", { colspan: COLUMNS, class: "empty" }, "No jobs on this page.")));
   } else fill(tbody, items.map(jobRow));
   renderPager(page);
   // Fast while something moves; the first page also checks now and then for new jobs.
