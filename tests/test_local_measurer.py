@@ -7,7 +7,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import wait
 from itertools import pairwise
 from pathlib import Path
@@ -18,6 +18,7 @@ from tunehub.core import Config, MeasureRequest, MeasureStatus, Workload, local_
 from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.blis_gemm import BlisGemmTemplate
 from tunehub.workers.local import LocalMeasurer
+from tunehub.workers.locks import Cancelled, CoreLocks, usable_cores
 from tunehub.workers.sandbox import describe_exit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -369,3 +370,31 @@ def test_the_build_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
     assert libs[1].name not in left, "the least recently used went first"
     # Entries used within keep_secs stay, whatever the limit.
     assert evict_build_cache(tmp_path, 1, keep_secs=1e12) == 0
+
+
+def test_own_cpu_work_never_runs_beside_a_timing_on_every_core(tmp_path: Path) -> None:
+    # The tuning loop's own work (a search step, a model fit) holds a core as a build does:
+    # a timing on every core waits for it, and it waits while such a timing runs.
+    cores = usable_cores()
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    locks = CoreLocks(cores[:2], directory=tmp_path)
+
+    def soon(secs: float = 0.2) -> Callable[[], bool]:
+        deadline = time.monotonic() + secs
+        return lambda: time.monotonic() > deadline
+
+    with locks.timing("cpu", 2), pytest.raises(Cancelled), locks.working(cancelled=soon()):
+        pass
+    before = os.sched_getaffinity(0)
+    with locks.working() as core:
+        assert core == cores[1]  # away from where timings start
+        assert os.sched_getaffinity(0) == {core}  # this thread only, while it works
+        with pytest.raises(Cancelled), locks.timing("cpu", 2, cancelled=soon()):
+            pass
+        with locks.timing("cpu", 1) as timed:  # a one-core timing goes ahead beside it
+            assert timed == (cores[0],)
+    assert os.sched_getaffinity(0) == before
+    measurer = LocalMeasurer(workdir=tmp_path / "work", cores=cores[:2])
+    with measurer, measurer.host_work():  # the measurer's own cores, as a session uses them
+        assert len(os.sched_getaffinity(0)) == 1

@@ -13,7 +13,7 @@ C_TYPES = {"float32": "float", "float64": "double"}
 ELEMENT_BYTES = {"float32": 4, "float64": 8}
 PARALLEL_LOOPS = ("ic", "jc")
 BUFFER_ALIGN = 64
-ABI_VERSION = 2
+ABI_VERSION = 3
 PREFETCH_MAX = 64
 
 
@@ -669,15 +669,49 @@ static double now_secs(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The CPU clocks of the threads that run a call (the OpenMP team: the same pool threads run
+   every call from this thread). A repeat during which each of them ran the whole time had the
+   timed cores to itself; one that ran less was off its CPU (preempted by another process,
+   waiting for a CPU to wake up on): the repeat was disturbed. The clocks are exact (the
+   kernel adds the running slice), unlike the run-queue waits of /proc/.../schedstat, which a
+   thread is charged only once it runs again, often after the repeat that suffered them. */
+static int team_clocks(clockid_t *clocks)
+{
+    int n = THREADS;
+#if THREADS > 1
+    #pragma omp parallel num_threads(THREADS)
+    {
+        clockid_t id;
+        int i = omp_get_thread_num();
+        if (i < THREADS) clocks[i] = pthread_getcpuclockid(pthread_self(), &id) == 0 ? id : -1;
+        if (omp_get_num_threads() < THREADS && i == 0) n = omp_get_num_threads();
+    }
+#else
+    clocks[0] = CLOCK_THREAD_CPUTIME_ID;
+#endif
+    for (int i = 0; i < n; ++i)
+        if (clocks[i] == (clockid_t)-1) return 0;
+    return n;
+}
+
+static void team_cpu(const clockid_t *clocks, int n, double *cpu)
+{
+    struct timespec ts;
+    for (int i = 0; i < n; ++i)
+        cpu[i] = clock_gettime(clocks[i], &ts) == 0
+                     ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : -1.0;
+}
+
 /* Warm up for warmup_secs (at least one call), then time repeats until min_secs in total and
    at least min_repeats, at most max_repeats. A repeat is `calls` back-to-back calls (enough
-   for repeat_min_secs, so tiny GEMMs are not clock-bound); out[r] is its time per call.
+   for repeat_min_secs, so tiny GEMMs are not clock-bound); out[r] is its time per call and
+   off[r] the largest share of it one of the team's threads spent off its CPU (-1: unknown).
    Inputs and C stay where they are between calls: caches are warm. Returns the number of
    repeats, or -1 if a call failed. */
 static int64_t bench_loop(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, const T *b,
                           int64_t ldb, T *c, int64_t ldc, const T *bias, double warmup_secs,
                           double min_secs, double repeat_min_secs, int64_t min_repeats,
-                          int64_t max_repeats, double *out, int64_t *calls_out)
+                          int64_t max_repeats, double *out, int64_t *calls_out, double *off)
 {
     double t0 = now_secs(), elapsed;
     int64_t warm = 0;
@@ -690,13 +724,29 @@ static int64_t bench_loop(int64_t m, int64_t n, int64_t k, const T *a, int64_t l
     int64_t calls = 1;
     if (per_call < repeat_min_secs)
         calls = per_call > 0 ? (int64_t)(repeat_min_secs / per_call) + 1 : 1000;
+    clockid_t clocks[THREADS];
+    double cpu0[THREADS], cpu1[THREADS];
+    int team = team_clocks(clocks);
     double total = 0;
     int64_t r = 0;
     while (r < max_repeats && (r < min_repeats || total < min_secs)) {
+        if (team) team_cpu(clocks, team, cpu0);
         double s = now_secs();
         for (int64_t i = 0; i < calls; ++i)
             if (tunehub_gemm(m, n, k, a, lda, b, ldb, c, ldc, bias)) return -1;
         double e = now_secs() - s;
+        off[r] = -1.0;
+        if (team && e > 0) {
+            team_cpu(clocks, team, cpu1);
+            /* The clocks are read just outside the timed region, so a thread that ran the
+               whole repeat shows a little more CPU time than it lasted: that is 0 off. */
+            double worst = 0;
+            for (int i = 0; i < team && worst >= 0; ++i) {
+                double gone = 1.0 - (cpu1[i] - cpu0[i]) / e;
+                worst = cpu0[i] < 0 || cpu1[i] < 0 ? -1.0 : gone > worst ? gone : worst;
+            }
+            off[r] = worst;
+        }
         out[r++] = e / (double)calls;
         total += e;
     }
@@ -711,7 +761,8 @@ static int64_t bench_loop(int64_t m, int64_t n, int64_t k, const T *a, int64_t l
 int64_t tunehub_bench(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, const T *b,
                       int64_t ldb, T *c, int64_t ldc, const T *bias, double warmup_secs,
                       double min_secs, double repeat_min_secs, int64_t min_repeats,
-                      int64_t max_repeats, double *out, int64_t *calls_out, int64_t *cpu_out)
+                      int64_t max_repeats, double *out, int64_t *calls_out, int64_t *cpu_out,
+                      double *off)
 {
     *cpu_out = -1;
 #if THREADS == 1
@@ -726,7 +777,7 @@ int64_t tunehub_bench(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, 
     }
 #endif
     int64_t r = bench_loop(m, n, k, a, lda, b, ldb, c, ldc, bias, warmup_secs, min_secs,
-                           repeat_min_secs, min_repeats, max_repeats, out, calls_out);
+                           repeat_min_secs, min_repeats, max_repeats, out, calls_out, off);
 #if THREADS == 1
     if (pinned) sched_setaffinity(0, sizeof saved, &saved);
 #endif
@@ -765,7 +816,7 @@ def generate_source(p: BlisParams) -> str:
     ``tunehub_release()`` (frees the packing buffers) and ``tunehub_abi_version()``.
     """
     v = _Vec(p)
-    headers = ["sched.h", "stdint.h", "stdlib.h", "string.h", "time.h"]
+    headers = ["pthread.h", "sched.h", "stdint.h", "stdlib.h", "string.h", "time.h"]
     if p.isa in ("avx512", "avx2"):
         headers.append("immintrin.h")
     if p.threads > 1:

@@ -59,6 +59,7 @@ from tunehub.kernels.build import (
     compiler_version,
 )
 from tunehub.kernels.environment import measurement_environment
+from tunehub.kernels.machine import repeat_off_cpu, watch
 from tunehub.kernels.reference import check_gemm, poisoned_output, random_operands, sample_rows
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.timing import (
@@ -353,6 +354,8 @@ class BenchResult:
     calls_per_repeat: int
     warmup_secs: float
     pinned_cpu: int | None = None  # the CPU a single-threaded kernel was timed on
+    # Per repeat: the largest share of it one of the kernel's threads was off its CPU.
+    repeat_off_cpu: tuple[float | None, ...] = ()
 
 
 _I64 = ctypes.c_int64
@@ -379,10 +382,10 @@ class GemmKernel:
         self._gemm.restype = ctypes.c_int
         self._bench = self._lib.tunehub_bench
         # m, n, k, (A, lda), (B, ldb), (C, ldc), bias, warmup/min/repeat secs, min/max repeats,
-        # out secs, out calls, out pinned CPU
+        # out secs, out calls, out pinned CPU, out off-CPU shares
         self._bench.argtypes = [
             _I64, _I64, _I64, _PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR,
-            _F64, _F64, _F64, _I64, _I64, _PTR, _PTR, _PTR,
+            _F64, _F64, _F64, _I64, _I64, _PTR, _PTR, _PTR, _PTR,
         ]  # fmt: skip
         self._bench.restype = _I64
         release = self._lib.tunehub_release
@@ -481,6 +484,7 @@ class GemmKernel:
             raise ValueError("max_repeats must be at least 1")
         a, b, bias, out = self._operands(a, b, bias, out)
         secs = np.zeros(max_repeats, dtype=np.float64)
+        off = np.full(max_repeats, -1.0, dtype=np.float64)
         calls = np.zeros(1, dtype=np.int64)
         cpu = np.full(1, -1, dtype=np.int64)
         done = self._bench(
@@ -493,6 +497,7 @@ class GemmKernel:
             secs.ctypes.data,
             calls.ctypes.data,
             cpu.ctypes.data,
+            off.ctypes.data,
         )
         if done < 0:
             raise KernelError("kernel could not allocate its packing buffers")
@@ -502,6 +507,7 @@ class GemmKernel:
             int(calls[0]),
             warmup_secs,
             pinned if pinned >= 0 else None,
+            tuple(float(x) if x >= 0 else None for x in off[:done]),
         )
 
 
@@ -709,20 +715,23 @@ class BlisGemmTemplate(Template):
 
         start = time.perf_counter()
         try:
-            bench = kernel.bench(
-                a,
-                b,
-                bias,
-                c,
-                min_secs=min_secs,
-                max_repeats=max_repeats,
-                warmup_secs=warmup_secs(min_secs),
-                repeat_min_secs=repeat_min_secs(min_secs, max_repeats),
-            )
+            with watch() as machine:
+                bench = kernel.bench(
+                    a,
+                    b,
+                    bias,
+                    c,
+                    min_secs=min_secs,
+                    max_repeats=max_repeats,
+                    warmup_secs=warmup_secs(min_secs),
+                    repeat_min_secs=repeat_min_secs(min_secs, max_repeats),
+                )
         except KernelError as exc:
             return self._failed(MeasureStatus.RUNTIME_ERROR, str(exc), compile_secs, environment)
         run_secs = time.perf_counter() - start
+        machine.update(repeat_off_cpu(bench.repeat_off_cpu))
         environment.update(
+            machine=machine,
             cache_policy="warm",
             calls_per_repeat=bench.calls_per_repeat,
             warmup_secs=bench.warmup_secs,

@@ -19,13 +19,16 @@ timed with the host clock; those times only prove the path runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from tunehub.kernels.machine import watch, watch_gpu
 
 WARMUP_SECS = 0.025
 MIN_REPEATS = 10
@@ -37,6 +40,9 @@ class GpuTiming:
     graph: bool  # timed as CUDA graph replays
     flush_bytes: int
     warmup_calls: int
+    # The machine's state around the timing (tunehub.kernels.machine): the launching core,
+    # and the GPU's clocks and clock-lowering reasons before and after.
+    machine: dict[str, Any] = field(default_factory=dict)
 
 
 def _flush_buffer(device: torch.device) -> torch.Tensor:
@@ -74,7 +80,24 @@ def time_gpu(
 ) -> GpuTiming:
     """Time ``call`` (which launches work on the current stream) by the policy above."""
     if device is None or device.type != "cuda":
-        return _time_on_host(call, min_secs=min_secs, max_repeats=max_repeats)
+        with watch() as machine:
+            timed = _time_on_host(call, min_secs=min_secs, max_repeats=max_repeats)
+        return dataclasses.replace(timed, machine=machine)
+    with watch_gpu(_physical_index()) as machine:
+        timed = _time_on_device(
+            call, min_secs=min_secs, max_repeats=max_repeats, device=device, use_graph=use_graph
+        )
+    return dataclasses.replace(timed, machine=machine)
+
+
+def _time_on_device(
+    call: Callable[[], Any],
+    *,
+    min_secs: float,
+    max_repeats: int,
+    device: torch.device,
+    use_graph: bool,
+) -> GpuTiming:
     flush = _flush_buffer(device)
     start = time.perf_counter()
     warm = 0

@@ -22,6 +22,7 @@ from tunehub.core import (
 )
 from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.environment import measurement_environment
+from tunehub.kernels.machine import watch
 from tunehub.kernels.reference import check_gemm, poisoned_output, random_operands, sample_rows
 from tunehub.kernels.space import Knob, SearchSpace
 from tunehub.kernels.timing import pinned_to_current_cpu, time_calls
@@ -124,11 +125,11 @@ class NumpyGemmBaseline(Template):
                 )
             # One thread is pinned while timed, as blis.gemm's C loop pins its kernel.
             pin = pinned_to_current_cpu() if threads == 1 else contextlib.nullcontext(None)
-            with pin as cpu:
+            with pin as cpu, watch() as machine:
                 start = time.perf_counter()
                 timed = time_calls(call, min_secs=min_secs, max_repeats=max_repeats)
                 run_secs = time.perf_counter() - start
-        environment.update(calls_per_repeat=timed.calls_per_repeat, pinned_cpu=cpu)
+        environment.update(calls_per_repeat=timed.calls_per_repeat, pinned_cpu=cpu, machine=machine)
         return MeasureResult(
             MeasureStatus.OK,
             repeat_secs=timed.repeat_secs,

@@ -122,7 +122,7 @@ class TorchMatmulBaseline(Template):
             if "CUDA error" in str(exc):
                 raise DeviceContextLost(failed) from None
             return failed
-        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes)
+        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
         return MeasureResult(
             MeasureStatus.OK,
             repeat_secs=timed.repeat_secs,

@@ -545,7 +545,7 @@ class TritonGemmTemplate(Template):
             if "CUDA error" in str(exc) or "illegal" in str(exc):
                 raise DeviceContextLost(failed) from None  # the context cannot be trusted
             return failed
-        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes)
+        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
         return MeasureResult(
             MeasureStatus.OK,
             repeat_secs=timed.repeat_secs,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError, wait
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 
 from tunehub.core import MeasureRequest, MeasureResult, MeasureStatus, Target
@@ -54,6 +55,20 @@ class Measurer(ABC):
         """The target this measurer measures on, if it is one device's (None: any, as a
         replay measurer answers for whatever its history holds)."""
         return None
+
+    @property
+    def live(self) -> bool:
+        """Whether its answers are fresh timings, so that measuring a request again may answer
+        otherwise (a worker's are; a replay answers what was stored). The session re-measures
+        untrusted timings only of a live measurer."""
+        return True
+
+    def host_work(self) -> AbstractContextManager[object]:
+        """A context for the caller's own CPU work on this host (a search step, a model fit)
+        while this measurer times: where the measurer times on this host's CPU, the work gets
+        a core no timing uses, and a timing that needs every core waits for it. Default:
+        nothing to keep apart (the timing happens elsewhere)."""
+        return nullcontext()
 
     @abstractmethod
     def submit(self, request: MeasureRequest) -> Future[MeasureResult]:

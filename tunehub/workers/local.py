@@ -284,6 +284,12 @@ class LocalMeasurer(Measurer):
             template.run_allowance_secs(request.workload, self.timing), self.max_candidate_secs
         )
 
+    def host_work(self) -> contextlib.AbstractContextManager[object]:
+        """Hold a core this measurer's timings may use (pinning the calling thread to it) while
+        the caller computes: a timing on every core never runs beside the tuning loop's own
+        work (see ``CoreLocks.working``)."""
+        return self.cores.working(cancelled=lambda: self._closed)
+
     # --- submit and cancel -----------------------------------------------------------------
     def submit(self, request: MeasureRequest) -> Future[MeasureResult]:
         future: Future[MeasureResult] = Future()
@@ -501,8 +507,14 @@ class LocalMeasurer(Measurer):
                 self._ensure_started(sandbox, stop)
             with self.cores.timing(lock_name, cores_used, cancelled=stop) as cores:
                 start = time.monotonic()
+                own_cpu = time.process_time()
                 job = RunJob(request, artifact, self.timing, cores)
                 result = sandbox.call(job, limit, MeasureResult)
+                # This process's own CPU time (the service, the tuning loop, other measurers'
+                # threads) while the candidate was checked and timed: tunehub's share of the
+                # "others" the timing saw on its cores.
+                own_cpu = time.process_time() - own_cpu
+                own_wall = time.monotonic() - start
         except WorkerError as exc:
             self._finish(item, self._worker_error(str(exc)))
             return
@@ -537,6 +549,7 @@ class LocalMeasurer(Measurer):
             )
             return
         env = {**result.environment, **self._environment(item, sandbox)}
+        env["host_process"] = {"cpu_secs": round(own_cpu, 4), "wall_secs": round(own_wall, 4)}
         self._finish(item, _with_environment(result, env))
 
     # --- sandboxes -------------------------------------------------------------------------

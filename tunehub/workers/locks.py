@@ -6,8 +6,11 @@ never time at once on one device, and a build never runs on a core being timed:
 
 - ``device-<name>.lock``: held while a candidate is checked and timed on that device (``cpu``
   for the host's CPU, ``cuda-<uuid>`` for a GPU);
-- ``core-<n>.lock``: held for each CPU core a timing occupies, and by a build for the one core
-  it is pinned to.
+- ``core-<n>.lock``: held for each CPU core a timing occupies, by a build for the one core it
+  is pinned to, and by tunehub's own CPU work (a search step, a model refit or training: see
+  ``CoreLocks.working``) for the one core its thread is pinned to meanwhile. So a timing that
+  uses every core has the machine to itself as far as tunehub controls it: no build, no other
+  timing and no model work of any tunehub process here runs beside it.
 
 They are ``flock`` locks: the kernel drops them when their holder dies, so a killed process
 never leaves a device locked. Locks are taken device first, then cores in ascending order, so
@@ -137,6 +140,21 @@ class CoreLocks:
                 lock.release()
 
     @contextlib.contextmanager
+    def working(self, *, cancelled: Callable[[], bool] = lambda: False) -> Iterator[int]:
+        """Hold one free core (as ``building``) and pin the calling thread to it while this
+        process computes something of its own (a search step, a model fit); its affinity is
+        put back after. A timing that needs that core waits for the work, and the work waits
+        while a timing holds every core. Yields the core."""
+        with self.building(cancelled=cancelled) as core:
+            saved = _thread_affinity()
+            pinned = saved is not None and _set_thread_affinity({core})
+            try:
+                yield core
+            finally:
+                if pinned and saved is not None:
+                    _set_thread_affinity(saved)
+
+    @contextlib.contextmanager
     def building(self, *, cancelled: Callable[[], bool] = lambda: False) -> Iterator[int]:
         """Hold one free core for a build (the highest-numbered free one, away from where
         timings start); waits while every core is taken. Yields the core."""
@@ -157,3 +175,29 @@ class CoreLocks:
             if cancelled():
                 raise Cancelled("gave up waiting for a core to build on")
             time.sleep(POLL_SECS)
+
+
+def _thread_affinity() -> set[int] | None:
+    """The calling thread's CPUs (Linux: affinity 0 is the calling thread's), or None."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    try:
+        return set(os.sched_getaffinity(0))
+    except OSError:
+        return None
+
+
+def _set_thread_affinity(cores: set[int]) -> bool:
+    try:
+        os.sched_setaffinity(0, cores)
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def cpu_work(*, cancelled: Callable[[], bool] = lambda: False) -> Iterator[int]:
+    """``CoreLocks().working``: hold a core of this host for this thread's own CPU work (model
+    training, a search step), so no tunehub timing that needs that core runs meanwhile."""
+    with CoreLocks().working(cancelled=cancelled) as core:
+        yield core

@@ -45,7 +45,8 @@ class ReplayMeasurer(Measurer):
     ``fallback(request)`` if given, else an ``invalid`` result saying it is not in the replay
     history. ``requests`` keeps every request asked, in order, so tests can check what a
     strategy measured. ``capacity`` is how many requests a caller keeps in flight (as many
-    as a real worker pool would take).
+    as a real worker pool would take). ``live`` says whether the session may re-measure what
+    it does not trust (see ``Measurer.live``).
 
     >>> ReplayMeasurer([]).measure([])
     []
@@ -58,8 +59,10 @@ class ReplayMeasurer(Measurer):
         fallback: Callable[[MeasureRequest], MeasureResult] | None = None,
         capacity: int = 1,
         target: Target | None = None,
+        live: bool = False,
     ) -> None:
         self._results: dict[ReplayKey, tuple[MeasureRecord, MeasureResult]] = {}
+        self._live = live
         self.fallback = fallback
         self._capacity = max(1, capacity)
         self._target = target
@@ -74,6 +77,13 @@ class ReplayMeasurer(Measurer):
     def target(self) -> Target | None:
         """The target it stands in for, when it plays one device's worker."""
         return self._target
+
+    @property
+    def live(self) -> bool:
+        """False unless made ``live=True``: a replay answers what was stored, so re-measuring
+        tells nothing new. A test whose ``fallback`` answers each attempt afresh (as a busy
+        machine would) makes it live, so the session's guard re-measures."""
+        return self._live
 
     def add(self, records: Iterable[MeasureRecord]) -> None:
         """Extend the history (machine failures are not answers: they are skipped)."""

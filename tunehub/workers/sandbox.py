@@ -17,6 +17,7 @@ A candidate that segfaults, aborts or hangs takes only the child down; the paren
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import logging
 import os
@@ -232,11 +233,20 @@ def run_job(job: RunJob) -> MeasureResult:
     template = _template(job.request)
     if isinstance(template, MeasureResult):
         return template
+    from tunehub.kernels.machine import watch
+
     try:
         _pin(job.cores)
-        result = template.run(job.request, job.artifact, timing=job.timing)
+        with watch(job.cores or None) as machine:
+            result = template.run(job.request, job.artifact, timing=job.timing)
         if not isinstance(result, MeasureResult):
             raise TypeError(f"{template.name}.run returned {type(result).__name__}")
+        if result.status is MeasureStatus.OK and "machine" not in result.environment:
+            # A template that does not watch its timed region: the whole run stands for it.
+            machine["scope"] = "run"
+            result = dataclasses.replace(
+                result, environment={**result.environment, "machine": machine}
+            )
         return result
     except DeviceContextLost as exc:
         raise _Restart(exc.result) from None
