@@ -159,6 +159,9 @@ def main() -> int:
     if info is None:
         print("no model could be trained", file=sys.stderr)
         return 1
+    if not info.accepted:  # then unseen shapes answer from the default tier, not the model
+        print(f"the model gate {info.reason}: no predicted tier to time", file=sys.stderr)
+        return 1
     rng = random.Random(0)
     shapes = [
         (rng.randrange(16, 4097), rng.randrange(16, 4097), rng.randrange(16, 4097))

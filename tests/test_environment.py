@@ -202,7 +202,8 @@ def test_a_job_on_a_full_disk_fails_with_the_reason_and_a_later_job_measures_its
         assert "No space left on device" in done["error"] or "not writable" in done["error"]
         assert str(build) not in done["error"]  # the reason, not the server's paths
         records = client.job_records(job["id"])
-        lost = [r for r in records if r["status"] in ("worker_error", "cancelled")]
+        # Not verdicts: the machine's doing (noisy: timed while the machine was too busy).
+        lost = [r for r in records if r["status"] in ("worker_error", "cancelled", "noisy")]
         machine = [r for r in lost if r["status"] == "worker_error"]
         assert len(machine) >= 3, records
         assert all("the machine cannot build" in r["error"] for r in machine)
@@ -221,6 +222,6 @@ def test_a_job_on_a_full_disk_fails_with_the_reason_and_a_later_job_measures_its
         measured = {
             tuple(sorted(r["config"].items()))
             for r in client.job_records(later["id"])
-            if r["status"] not in ("worker_error", "cancelled")
+            if r["status"] not in ("worker_error", "cancelled", "noisy")
         }
         assert measured == unmeasured  # the configs the full disk kept from being measured

@@ -64,7 +64,7 @@ def remeasured(records: list[MeasureRecord], *, bad: bool, seed: int = 0) -> lis
         out.append(
             dataclasses.replace(
                 r,
-                uid=uuid.uuid4().hex,
+                uid=uuid.UUID(int=rng.getrandbits(128)).hex,  # the same run to run
                 created_at=r.created_at + timedelta(days=1),
                 result=result,
                 seq=None,
@@ -93,7 +93,7 @@ def gated() -> Gated:
     assert refused is not None
     answer = predict_schedule(store, UNSEEN, local, ModelCache(store))
     assert answer is not None
-    store.commit_records(remeasured(good, bad=False))
+    store.commit_records(remeasured(good, bad=False, seed=1))  # uids apart from the first
     accepted = train_global_model(
         store, family_key=local.family_key, template=TEMPLATE.name, template_version=2
     )

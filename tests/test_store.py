@@ -582,6 +582,32 @@ def test_only_verdicts_are_trials_and_tuning_time_adds_up(store: ScheduleStore) 
         store.commit_records([], tuning_secs={job_id: float("nan")})
 
 
+def test_a_noisy_record_is_kept_with_its_reason_but_is_no_trial_and_no_schedule(
+    store: ScheduleStore,
+) -> None:
+    job_id = new_job(store)
+    reason = "did not settle in 4 attempts: 0.02s (only 0 of 9 repeats ran without waiting)"
+    noisy = dataclasses.replace(
+        record(None, job_id=job_id),
+        result=MeasureResult(
+            MeasureStatus.NOISY,
+            error=reason,
+            environment={"guard": {"attempts": 4, "tried": [{"median_secs": 0.02}]}},
+        ),
+    )
+    store.commit_records([noisy])
+    assert store.get_job(job_id).trials_done == 0
+    assert store.get_schedule(workload_key=SQUARE.key, target_key=CPU.target_key) is None
+    (back,) = store.job_records(job_id)
+    assert back.status is MeasureStatus.NOISY and back.median_secs is None
+    assert back.result.error == reason and back.result.environment["guard"]["attempts"] == 4
+    ok = record(5e-3, job_id=job_id)
+    store.commit_records([ok])
+    schedule = store.get_schedule(workload_key=SQUARE.key, target_key=CPU.target_key)
+    assert schedule is not None and schedule.record_uid == ok.uid
+    assert store.get_job(job_id).trials_done == 1
+
+
 def test_family_records_span_workloads_and_targets_of_the_family(store: ScheduleStore) -> None:
     here = record(2e-3, target=CPU)
     sibling_tall = record(1e-3, target=CPU_NEW_CC, workload=TALL)

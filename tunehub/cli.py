@@ -611,7 +611,7 @@ def tune(
         )
     if result.stopped_by == "cancelled":
         _fail(f"job {job.id} was cancelled after {result.trials_done} trials")
-    if result.stopped_by == "worker_error":
+    if result.stopped_by in ("worker_error", "noisy"):  # the machine failed, or was too busy
         finish(JobState.FAILED, result.error)
         _fail(f"job {job.id} failed: {result.error}")
     best = result.best

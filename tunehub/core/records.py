@@ -17,9 +17,12 @@ from tunehub.core.workload import Workload
 class MeasureStatus(enum.StrEnum):
     """How a measurement ended. Only ``OK`` carries times.
 
-    The first six are verdicts on the config. The last two say the machine, not the config,
+    The first six are verdicts on the config. The last three say the machine, not the config,
     ended the measurement: they are stored (a job's history shows them) but never count as a
     trial, never mark the config as measured, and never enter a model or a schedule.
+    ``NOISY``: the config was timed, but no timing of it could be trusted (the machine was
+    busy, or its times did not settle when re-measured); the error says why and the
+    environment's ``guard`` keeps each attempt's time and machine state, never as a time.
     """
 
     OK = "ok"
@@ -30,11 +33,16 @@ class MeasureStatus(enum.StrEnum):
     TIMEOUT = "timeout"  # did not finish within the measurer's limit
     CANCELLED = "cancelled"  # cut short by a cancel or a shutdown
     WORKER_ERROR = "worker_error"  # the sandbox could not start, or the worker was lost
+    NOISY = "noisy"  # timed, but the timings could not be trusted (see the guard's reason)
 
     @property
     def verdict(self) -> bool:
         """Whether this status judges the config (rather than the machine)."""
-        return self not in (MeasureStatus.CANCELLED, MeasureStatus.WORKER_ERROR)
+        return self not in (
+            MeasureStatus.CANCELLED,
+            MeasureStatus.WORKER_ERROR,
+            MeasureStatus.NOISY,
+        )
 
 
 VERDICTS = tuple(s for s in MeasureStatus if s.verdict)

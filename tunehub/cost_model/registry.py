@@ -172,6 +172,7 @@ def held_out_metrics(
     *,
     holdout: int | None = HOLDOUT_WORKLOADS,
     default: DefaultConfig | None = None,
+    rows: list[HeldOut] | None = None,
 ) -> dict[str, float]:
     """The held-out figures of ``held_out_workloads``:
 
@@ -182,7 +183,8 @@ def held_out_metrics(
       first pick's shares, geometric mean) and ``default_top1_geomean`` and
       ``default_top1_fraction`` (the default's shares, geometric mean and median).
 
-    With one workload, its records are split in halves instead (``spearman`` only)."""
+    With one workload, its records are split in halves instead (``spearman`` only).
+    ``rows``, where given, receives the held-out workloads' figures."""
     from scipy.stats import spearmanr
 
     groups = [g for g in group_records(records, template) if any(x is not None for x in g.gflops)]
@@ -198,7 +200,10 @@ def held_out_metrics(
         half = model.predict(test[0].workload, test[0].target, test[0].configs)
         rho = spearmanr(half, normalised(test[0].gflops)).statistic
         return {"spearman": float(rho), "held_out_workloads": 0.0}
-    return summarise(held_out_workloads(template, records, holdout=holdout, default=default))
+    found = held_out_workloads(template, records, holdout=holdout, default=default)
+    if rows is not None:
+        rows.extend(found)
+    return summarise(found)
 
 
 @dataclass(frozen=True)
@@ -269,11 +274,13 @@ def train_global_model(
     target_label: str = "",
     knob_names: Sequence[str] = (),
     default: DefaultConfig | None = None,
+    held_out: list[HeldOut] | None = None,
 ) -> ModelInfo | None:
     """Train the family's global model on every stored record of the template version,
     measure it and the template's analytical ``default`` (the registry's template's, unless
     given) on held-out workloads, and register it, accepted or refused by ``gate``; None if
-    there is nothing to learn."""
+    there is nothing to learn. ``held_out``, where given, receives the held-out workloads'
+    figures behind the metrics (for a report: see benchmarks/model_gate.py)."""
     records = store.family_records(
         family_key=family_key,
         template=template,
@@ -284,7 +291,12 @@ def train_global_model(
     if not any(r.gflops for r in verdicts):
         return None
     start = time.perf_counter()
-    metrics = held_out_metrics(template, verdicts, default=default or template_default(template))
+    rows: list[HeldOut] = []
+    metrics = held_out_metrics(
+        template, verdicts, default=default or template_default(template), rows=rows
+    )
+    if held_out is not None:
+        held_out.extend(rows)
     verdict = gate(metrics)
     model = XGBCostModel(template, knob_names=knob_names, learn_secs=True, ensemble=GLOBAL_ENSEMBLE)
     model.fit(verdicts)

@@ -531,7 +531,7 @@ class JobRunner:
             log.info("job %d: %s after %d trials; back in the queue", job.id, why,
                      result.trials_done)  # fmt: skip
             return
-        if result.stopped_by == "worker_error":
+        if result.stopped_by in ("worker_error", "noisy"):  # the machine failed, or was too busy
             self._finish(job, JobState.FAILED, result.error)
         elif result.best is not None or (
             result.stopped_by == "exhausted" and result.trials_done == 0

@@ -288,8 +288,10 @@ class RecordOut(BaseModel):
     trial: int = Field(description="1-based position of this record in its job.")
     config: dict[str, Any] = Field(description="Knob values, spelled as the kernel spells them.")
     status: Status = Field(  # type: ignore[valid-type]
-        description="How the measurement ended; only `ok` carries times. `cancelled` and "
-        "`worker_error` are the machine's doing, not the config's: they are not trials."
+        description="How the measurement ended; only `ok` carries times. `cancelled`, "
+        "`worker_error` and `noisy` are the machine's doing, not the config's: they are not "
+        "trials. `noisy`: timed, but no timing could be trusted (the machine was busy, or the "
+        "re-measures did not settle); `error` says why."
     )
     median_secs: float | None = Field(description="Median of `repeat_secs`; null unless ok.")
     gflops: float | None = Field(description="2·m·n·k / median_secs / 1e9; null unless ok.")

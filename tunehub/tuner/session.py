@@ -9,6 +9,14 @@ failures, or a pause (its time slice is over: what is in flight finishes and is 
 the job goes back to the queue and a later run resumes it). When the budget ends it, it
 re-times the fastest configs, interleaved, and the Schedule keeps the confirmed winner.
 
+Every result of a live measurer passes the trust guard (``tunehub.tuner.guard``) before it is
+stored: one timed on a busy machine, or far slower than the same config's earlier times, the
+model's estimate or its measured neighbours, waits and is measured again later, between other
+candidates; one that does not settle is stored ``noisy`` (not a trial, never a schedule or a
+model's row). The same holds for the baselines and the confirmation's rounds. The loop's own
+CPU work (the strategy's ask and tell, the model's estimates) runs in ``measurer.host_work()``:
+on a core no timing uses, never beside a timing that needs every core.
+
 Stores are fenced by the job's ``owner`` (the holder of its lease): if the lease is lost (the
 job went back to the queue, perhaps to another replica) the session stops at once, cutting
 short what is in flight, and writes nothing more (``stopped_by="lease_lost"``). While the
@@ -24,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 from tunehub.core import (
     Budget,
@@ -42,6 +51,8 @@ from tunehub.cost_model.registry import ModelCache
 from tunehub.db.store import LeaseLost, ScheduleStore, StoreUnavailable
 from tunehub.kernels.base import Template
 from tunehub.kernels.registry import get_template
+from tunehub.tuner import guard
+from tunehub.tuner.guard import GuardPolicy, References
 from tunehub.tuner.history import HistoryView, StoreHistory
 from tunehub.tuner.strategy import Strategy, StrategyContext, make_strategy
 from tunehub.workers.base import Measurer
@@ -54,6 +65,10 @@ CONFIRM_ROUNDS = 3
 # Baseline before its re-time in the confirmation is taken as a bad measurement, not a drift.
 LIBRARY_DRIFT_TOLERANCE = 1.25
 MAX_MACHINE_FAILURES = 3
+# Configs in a row the guard found noisy before the job stops: the machine is too busy to time.
+MAX_NOISY_IN_A_ROW = 8
+# Measured configs that differ from a new one in at most this many knobs are its neighbours.
+NEIGHBOUR_KNOBS = 2
 POLL_SECS = 0.1
 # How long results may wait in memory for an unreachable database (TUNEHUB_DB_OUTAGE_SECS),
 # and how often the store is tried meanwhile.
@@ -91,13 +106,24 @@ class SessionResult:
     trials_done: int
     best: MeasureRecord | None
     # "max_trials" | "max_secs" | "exhausted" | "cancelled" | "worker_error" | "paused"
-    # | "lease_lost"
+    # | "lease_lost" | "noisy" (MAX_NOISY_IN_A_ROW configs in a row: too busy to time)
     stopped_by: str
     elapsed_secs: float  # tuning seconds of this run
     confirmation: Confirmation | None = None
     error: str = ""
     machine_failures: int = 0
     baselines: tuple[MeasureRecord, ...] = field(default=())
+
+
+@dataclass(eq=False)
+class _Trial:
+    """One config on its way to a record: the attempts at timing it the guard has judged."""
+
+    request: MeasureRequest
+    attempts: tuple[guard.Attempt, ...] = ()
+    results: list[MeasureResult] = field(default_factory=list)
+    due: float = 0.0  # when a deferred re-measure may start (time.monotonic)
+    arrived: int = 0  # results that had come back when it was deferred
 
 
 def _faster(a: MeasureRecord | None, b: MeasureRecord) -> MeasureRecord | None:
@@ -143,6 +169,8 @@ class Session:
         max_machine_failures: int = MAX_MACHINE_FAILURES,
         owner: str | None = None,
         db_outage_secs: float = DB_OUTAGE_SECS,
+        guard_policy: GuardPolicy | None = None,
+        max_noisy_in_a_row: int = MAX_NOISY_IN_A_ROW,
     ) -> None:
         self.store = store
         self.measurer = measurer
@@ -165,6 +193,13 @@ class Session:
         # The lease holder the job's writes are fenced by (None: unfenced, e.g. no job).
         self.owner = owner
         self.db_outage_secs = db_outage_secs
+        # The trust guard (see tunehub.tuner.guard): only a live measurer's timings are judged
+        # (a replay's answers were judged when they were measured, and a second ask repeats
+        # them).
+        self.guard_policy = guard_policy or GuardPolicy()
+        self.max_noisy_in_a_row = max(1, max_noisy_in_a_row)
+        # Config key -> (config, clean ok times): what the guard compares a new timing with.
+        self._times: dict[str, tuple[Config, list[float]]] = {}
         # Results (and tuning seconds) waiting for the database, in arrival order.
         self._pending: list[tuple[MeasureRecord | None, float]] = []
         self._outage_since: float | None = None
@@ -205,13 +240,18 @@ class Session:
             is None
         ]
         requests = [self.request(config, baseline) for config in missing]
-        futures = [self.measurer.submit(r) for r in requests]
+        # The library is judged by the machine's state only (nothing to compare it with yet).
+        decisions = self._measure_guarded(requests, [References()] * len(requests))
         records = []
-        for request, future in zip(requests, futures, strict=True):
-            record = MeasureRecord(request=request, result=self._result(future, futures))
+        for request, decision in zip(requests, decisions or [], strict=False):
+            record = MeasureRecord(request=request, result=decision.result)
             records.append(record)
             if not record.verdict:
-                continue  # a machine failure or a stop: measured again next time
+                # A machine failure, or noisy: measured again next time.
+                if record.status is MeasureStatus.NOISY:
+                    log.warning("baseline %s %s not stored: %s", baseline.name, request.config,
+                                record.result.error)  # fmt: skip
+                continue
             self.store.commit_baseline(record)
             if record.gflops is not None:
                 log.info("baseline %s %s: %.2f GFLOP/s", baseline.name, request.config,
@@ -235,25 +275,18 @@ class Session:
         return [self.request(config, baseline) for config in configs.values()]
 
     def _store_library_rounds(
-        self,
-        rounds: Sequence[tuple[MeasureRequest, Future[MeasureResult]]],
-        group: Sequence[Future[MeasureResult]],
-        winner_drift: float,
-    ) -> bool:
+        self, rounds: Sequence[tuple[MeasureRequest, MeasureResult]], winner_drift: float
+    ) -> None:
         """Store each library config re-timed in every round as its Baseline (one that
-        failed a round keeps the Baseline it had). A re-time slower than the Baseline it had
-        by more than the winner slowed since its trial (``winner_drift``, confirmed over trial
-        median) and LIBRARY_DRIFT_TOLERANCE on top is not believed: the GPU did not slow
-        down that much for the winner in the same rounds, so the Baseline it had stands (on
-        the H100 a confirmation once timed cuBLAS at 2.1x its job-start time while the
-        winner ran as in its trial, and the lookup served a kernel 0.8x cuBLAS). False if
-        the session was stopped."""
+        failed or was noisy in a round keeps the Baseline it had). A re-time slower than the
+        Baseline it had by more than the winner slowed since its trial (``winner_drift``,
+        confirmed over trial median) and LIBRARY_DRIFT_TOLERANCE on top is not believed: the
+        GPU did not slow down that much for the winner in the same rounds, so the Baseline it
+        had stands (on the H100 a confirmation once timed cuBLAS at 2.1x its job-start time
+        while the winner ran as in its trial, and the lookup served a kernel 0.8x cuBLAS)."""
         results: dict[str, list[MeasureResult]] = {}
         requests: dict[str, MeasureRequest] = {}
-        for request, future in rounds:
-            result = self._result(future, group)
-            if result.status is MeasureStatus.CANCELLED or self.should_stop():
-                return False
+        for request, result in rounds:
             requests[request.config.key] = request
             results.setdefault(request.config.key, []).append(result)
         for key, found in results.items():
@@ -289,17 +322,6 @@ class Session:
             self.store.commit_baseline(record)
             log.info("baseline %s re-timed beside the confirmation: median %.6gs",
                      requests[key].config, record.median_secs)  # fmt: skip
-        return True
-
-    def _result(
-        self, future: Future[MeasureResult], group: Sequence[Future[MeasureResult]]
-    ) -> MeasureResult:
-        """Wait for ``future``, cancelling ``group`` if the session is stopped meanwhile."""
-        while not future.done():
-            wait([future], timeout=POLL_SECS)
-            if not future.done() and self.should_stop():
-                self.measurer.cancel(group)
-        return future.result()
 
     # --- the loop ----------------------------------------------------------------------------
     def run(self) -> SessionResult:
@@ -313,8 +335,11 @@ class Session:
             for r in self.history.records()
             if r.uid not in own_keys and r.status is not MeasureStatus.TIMEOUT
         ]
-        self.strategy.tell(shared)
-        self.strategy.tell(own)
+        with self.measurer.host_work():
+            self.strategy.tell(shared)
+            self.strategy.tell(own)
+        for record in (*shared, *own):
+            self._learn(record)
         trials = sum(1 for r in own if r.verdict)
         best: MeasureRecord | None = None
         for record in own:
@@ -326,11 +351,16 @@ class Session:
 
         start = time.monotonic()
         committed_at = start
-        in_flight: dict[Future[MeasureResult], MeasureRequest] = {}
+        # Each future's trial: its request and the attempts the guard has judged so far.
+        in_flight: dict[Future[MeasureResult], _Trial] = {}
+        # Trials whose timing the guard did not trust: measured again once due, interleaved.
+        deferred: list[_Trial] = []
+        arrived = 0  # results that came back, re-measures included
         stopped_by = ""
         error = ""
         failures_in_a_row = 0
         machine_failures = 0
+        noisy_in_a_row = 0
         exhausted = False
 
         def spent() -> float:
@@ -342,6 +372,8 @@ class Session:
                     stopped_by = "cancelled"
                 elif failures_in_a_row >= self.max_machine_failures:
                     stopped_by = "worker_error"
+                elif noisy_in_a_row >= self.max_noisy_in_a_row:
+                    stopped_by = "noisy"
                 elif trials >= self.budget.max_trials:
                     stopped_by = "max_trials"
                 elif spent() >= self.budget.max_secs:
@@ -354,17 +386,46 @@ class Session:
             elif stopped_by == "paused" and in_flight and self.should_stop():
                 stopped_by = "cancelled"  # a cancel or shutdown while the pause drains
                 self.measurer.cancel(list(in_flight))
-            if not stopped_by and not exhausted:
-                free = max(1, self.measurer.capacity) - len(in_flight)
-                room = self.budget.max_trials - trials - len(in_flight)
-                if free > 0 and room > 0:
-                    configs = self.strategy.ask(min(free, room))
-                    if not configs:
-                        exhausted = True
-                    for config in configs:
-                        request = self.request(config)
-                        in_flight[self.measurer.submit(request)] = request
+            try:
+                if stopped_by and deferred:
+                    # No more re-measures: what has not settled is stored as noisy.
+                    for trial in deferred:
+                        why = f"the job stopped ({stopped_by}) before it settled"
+                        self._commit(self._record(trial, guard.noisy(trial.attempts, why)), 0.0)
+                    deferred.clear()
+                if not stopped_by:
+                    free = max(1, self.measurer.capacity) - len(in_flight)
+                    now = time.monotonic()
+                    for trial in list(deferred):
+                        # Due, and another result came back since (or nothing else runs).
+                        if (
+                            free > 0
+                            and now >= trial.due
+                            and (arrived > trial.arrived or not in_flight)
+                        ):
+                            deferred.remove(trial)
+                            in_flight[self.measurer.submit(trial.request)] = trial
+                            free -= 1
+                    room = self.budget.max_trials - trials - len(in_flight) - len(deferred)
+                    if not exhausted and free > 0 and room > 0:
+                        with self.measurer.host_work():
+                            configs = self.strategy.ask(min(free, room))
+                        if not configs:
+                            exhausted = True
+                        for config in configs:
+                            request = self.request(config)
+                            in_flight[self.measurer.submit(request)] = _Trial(request)
+            except LeaseLost as exc:
+                self._lost(exc, in_flight)
+                stopped_by = "lease_lost"
+                break
+            except DatabaseOutage:
+                self.measurer.cancel(list(in_flight))
+                raise
             if not in_flight:
+                if deferred:  # waiting for a re-measure to be due
+                    time.sleep(POLL_SECS)
+                    continue
                 if not stopped_by:
                     stopped_by = "exhausted" if exhausted else "max_trials"
                 break
@@ -373,20 +434,43 @@ class Session:
                 if not done:
                     self._flush()  # a backlog from an outage, once the database is back
                 for future in done:
-                    request = in_flight.pop(future)
-                    record = MeasureRecord(request, future.result(), job_id=self.job_id)
+                    trial = in_flight.pop(future)
+                    arrived += 1
+                    decision = self._judge(trial, future.result())
+                    if decision.action == "retry" and stopped_by:
+                        why = f"the job stopped ({stopped_by}) before it settled"
+                        decision = guard.noisy(decision.attempts, why)
+                    if decision.action == "retry":
+                        log.info(
+                            "re-measuring %s in %.0f s: %s",
+                            trial.request.config,
+                            decision.retry_after_secs,
+                            decision.reason,
+                        )
+                        trial.due = time.monotonic() + decision.retry_after_secs
+                        trial.arrived = arrived
+                        deferred.append(trial)
+                        continue
+                    record = self._record(trial, decision)
                     now = time.monotonic()
                     self._commit(record, now - committed_at)
                     committed_at = now
-                    self.strategy.tell([record])
+                    with self.measurer.host_work():
+                        self.strategy.tell([record])
                     if record.verdict:
                         trials += 1
                         failures_in_a_row = 0
+                        noisy_in_a_row = 0
                         best = _faster(best, record)
+                        self._learn(record)
                     elif record.status is MeasureStatus.WORKER_ERROR:
                         failures_in_a_row += 1
                         machine_failures += 1
                         error = record.result.error
+                    elif record.status is MeasureStatus.NOISY:
+                        noisy_in_a_row += 1
+                        error = record.result.error
+                        log.warning("%s is noisy: %s", record.config, record.result.error)
                     if self.on_progress is not None:
                         self.on_progress(
                             Progress(
@@ -419,6 +503,11 @@ class Session:
                 f"the worker failed {failures_in_a_row} times in a row without measuring; "
                 f"last: {error}"
             )
+        elif stopped_by == "noisy":
+            error = (
+                f"the machine was too busy to time: {noisy_in_a_row} configs in a row were "
+                f"noisy; last: {error}"
+            )
         confirmation = None
         if stopped_by in ("max_trials", "max_secs", "exhausted") and not self.should_stop():
             try:
@@ -436,8 +525,108 @@ class Session:
             baselines=tuple(baselines),
         )
 
+    # --- the trust guard ----------------------------------------------------------------------
+    def _learn(self, record: MeasureRecord) -> None:
+        """Keep an ok record's time as a reference for later timings of it and its neighbours
+        (one the guard had to re-measure keeps only the time it settled on)."""
+        if record.status is MeasureStatus.OK and record.median_secs is not None:
+            if guard.disturbance(record.result, self.guard_policy) is not None:
+                return  # stored before the guard, on a busy machine: no reference
+            entry = self._times.setdefault(record.config.key, (record.config, []))
+            entry[1].append(record.median_secs)
+
+    def references(self, config: Config) -> References:
+        """What a timing of ``config`` is compared with: its own earlier clean times, the
+        cost model's estimate, and its measured neighbours' times (configs that differ from
+        it in at most NEIGHBOUR_KNOBS knobs)."""
+        same = self._times.get(config.key)
+        neighbours = [
+            statistics.median(times)
+            for key, (other, times) in self._times.items()
+            if key != config.key and _differing_knobs(config, other) <= NEIGHBOUR_KNOBS
+        ]
+        return References(
+            same_config_secs=tuple(same[1]) if same else (),
+            predicted_secs=self._predicted_secs(config),
+            neighbour_secs=tuple(neighbours),
+        )
+
+    def _predicted_secs(self, config: Config) -> float | None:
+        model = self.strategy.context.cost_model
+        if model is None or not model.trained:
+            return None
+        try:
+            with self.measurer.host_work():
+                found = model.predict_secs(self.workload, self.target, [config])
+        except Exception:  # the guard must not fail a job over a model
+            log.exception("the cost model could not estimate %s", config)
+            return None
+        secs = found[0] if found else None
+        return secs if secs is not None and 0 < secs < float("inf") else None
+
+    def _judge(
+        self, trial: _Trial, result: MeasureResult, refs: References | None = None
+    ) -> guard.Decision:
+        """The guard's decision on ``trial`` with its newest ``result`` (accepted as it is
+        when the measurer is not live)."""
+        trial.results.append(result)
+        if not self.measurer.live:
+            return guard.Decision("accept", result)
+        if refs is None:
+            refs = self.references(trial.request.config)
+        decision = guard.judge(trial.results, refs, self.guard_policy)
+        trial.attempts = decision.attempts
+        return decision
+
+    def _record(self, trial: _Trial, decision: guard.Decision) -> MeasureRecord:
+        return MeasureRecord(trial.request, decision.result, job_id=self.job_id)
+
+    def _measure_guarded(
+        self, requests: Sequence[MeasureRequest], refs: Sequence[References]
+    ) -> list[guard.Decision] | None:
+        """Measure every request, re-measuring what the guard does not trust (after its
+        delay, interleaved with the others); the final decisions in order. None if the
+        session was stopped meanwhile (what was in flight is cancelled)."""
+        trials = [_Trial(request) for request in requests]
+        decisions: list[guard.Decision | None] = [None] * len(trials)
+        in_flight = {self.measurer.submit(t.request): i for i, t in enumerate(trials)}
+        deferred: list[int] = []
+        arrived = 0
+        while in_flight or deferred:
+            now = time.monotonic()
+            for i in list(deferred):
+                if now >= trials[i].due and (arrived > trials[i].arrived or not in_flight):
+                    deferred.remove(i)
+                    in_flight[self.measurer.submit(trials[i].request)] = i
+            if not in_flight:
+                if self.should_stop():
+                    return None
+                time.sleep(POLL_SECS)
+                continue
+            done, _ = wait(list(in_flight), timeout=POLL_SECS, return_when=FIRST_COMPLETED)
+            if not done and self.should_stop():
+                self.measurer.cancel(list(in_flight))
+            for future in done:
+                i = in_flight.pop(future)
+                arrived += 1
+                result = future.result()
+                if result.status is MeasureStatus.CANCELLED or self.should_stop():
+                    self.measurer.cancel(list(in_flight))
+                    return None
+                decision = self._judge(trials[i], result, refs[i])
+                if decision.action == "retry":
+                    log.info("re-measuring %s %s in %.0f s: %s", requests[i].template,
+                             requests[i].config, decision.retry_after_secs,
+                             decision.reason)  # fmt: skip
+                    trials[i].due = time.monotonic() + decision.retry_after_secs
+                    trials[i].arrived = arrived
+                    deferred.append(i)
+                else:
+                    decisions[i] = decision
+        return [d for d in decisions if d is not None]
+
     # --- storing results, through outages and lease losses ---------------------------------
-    def _lost(self, exc: LeaseLost, in_flight: dict[Future[MeasureResult], MeasureRequest]) -> None:
+    def _lost(self, exc: LeaseLost, in_flight: dict[Future[MeasureResult], Any]) -> None:
         """The job is no longer ours: cut what is in flight short and keep nothing."""
         log.warning("job %s: %s; stopping now", self.job_id, exc)
         if in_flight:
@@ -541,37 +730,47 @@ class Session:
         if not top:
             return None
         library = self._library_requests(top)
-        submitted: list[tuple[MeasureRecord, Future[MeasureResult]]] = []
-        library_rounds: list[tuple[MeasureRequest, Future[MeasureResult]]] = []
+        requests: list[MeasureRequest] = []
+        owners: list[MeasureRecord | None] = []  # the top record a round times; None: library
+        refs: list[References] = []
         for _ in range(self.confirm_rounds):
             for record in top:
-                request = self.request(record.config)
-                submitted.append((record, self.measurer.submit(request)))
+                requests.append(self.request(record.config))
+                owners.append(record)
+                # A round far slower than the config's own trial is re-measured.
+                refs.append(References(same_config_secs=(record.median_secs or 0.0,)))
             for request in library:
-                library_rounds.append((request, self.measurer.submit(request)))
-        futures = [f for _, f in submitted] + [f for _, f in library_rounds]
+                requests.append(request)
+                owners.append(None)
+                refs.append(References())
+        decisions = self._measure_guarded(requests, refs)
+        if decisions is None or self.should_stop():
+            return None
         medians: dict[str, list[float]] = {r.uid: [] for r in top}
         dropped: set[str] = set()
-        for record, future in submitted:
-            result = self._result(future, futures)
-            if result.status is MeasureStatus.CANCELLED or self.should_stop():
-                return None
-            if result.status is MeasureStatus.OK and result.median_secs is not None:
-                medians[record.uid].append(result.median_secs)
+        library_rounds: list[tuple[MeasureRequest, MeasureResult]] = []
+        for request, owner, decision in zip(requests, owners, decisions, strict=True):
+            result = decision.result
+            if owner is None:
+                library_rounds.append((request, result))
                 continue
-            if record.uid not in dropped and result.status.verdict:
+            if result.status is MeasureStatus.OK and result.median_secs is not None:
+                medians[owner.uid].append(result.median_secs)
+                continue
+            if owner.uid not in dropped and (
+                result.status.verdict or result.status is MeasureStatus.NOISY
+            ):
                 log.warning(
-                    "confirming %s: %s (%s)", record.config, result.status.value, result.error
+                    "confirming %s: %s (%s)", owner.config, result.status.value, result.error
                 )
                 try:
                     self.store.commit_records(
-                        [MeasureRecord(self.request(record.config), result, job_id=self.job_id)],
-                        owner=self.owner,
+                        [MeasureRecord(request, result, job_id=self.job_id)], owner=self.owner
                     )
                 except LeaseLost as exc:
                     log.warning("job %s: %s; the confirmation stops", self.job_id, exc)
                     return None
-            dropped.add(record.uid)
+            dropped.add(owner.uid)
         confirmed = {
             uid: statistics.median(times)
             for uid, times in medians.items()
@@ -585,8 +784,7 @@ class Session:
         # How much slower (or faster) the GPU runs the winner now than in its trial.
         trial = next(r.median_secs for r in top if r.uid == winner)
         drift = median / trial if trial else 1.0
-        if not self._store_library_rounds(library_rounds, futures, drift):
-            return None
+        self._store_library_rounds(library_rounds, drift)
         confirmation = Confirmation(
             median_secs=median,
             spread=(max(times) - min(times)) / median,
@@ -613,6 +811,10 @@ class Session:
             100 * confirmation.spread,
         )
         return confirmation
+
+
+def _differing_knobs(a: Config, b: Config) -> int:
+    return sum(1 for name in set(a) | set(b) if a.get(name) != b.get(name))
 
 
 def _library_round_result(results: list[MeasureResult]) -> MeasureResult:

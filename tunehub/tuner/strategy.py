@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tunehub.core import Config, MeasureRecord, Target, Workload
+from tunehub.core import Config, MeasureRecord, MeasureStatus, Target, Workload
 from tunehub.core.registry import Registry
 from tunehub.kernels.base import Template
 from tunehub.kernels.space import SearchSpace
@@ -50,8 +50,10 @@ class Strategy(ABC):
 
     A strategy never proposes a config it has been told a verdict about or already proposed.
     Records whose status is not a verdict (``cancelled``, ``worker_error``) release their
-    config, so it may be proposed again. ``ask`` returning an empty list means the space is
-    exhausted. ``context.prior`` configs are proposed first, in order, when they are valid.
+    config, so it may be proposed again; except ``noisy``: the guard already re-measured it
+    (a later job, whose history holds no noisy record, may try it again). ``ask`` returning
+    an empty list means the space is exhausted. ``context.prior`` configs are proposed
+    first, in order, when they are valid.
     """
 
     name: str
@@ -69,7 +71,7 @@ class Strategy(ABC):
     def tell(self, records: Sequence[MeasureRecord]) -> None:
         """Learn from measured records (also used to seed from history)."""
         for record in records:
-            if record.verdict:
+            if record.verdict or record.status is MeasureStatus.NOISY:
                 self._seen.add(record.config.key)
             else:
                 self._seen.discard(record.config.key)

@@ -39,6 +39,7 @@ const STATUSES = [
   "timeout",
   "cancelled",
   "worker_error",
+  "noisy",
 ];
 const ERROR_CHARS = 90;
 
