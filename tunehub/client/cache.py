@@ -31,8 +31,11 @@ def default_cache_dir() -> Path:
     override = os.environ.get(CACHE_DIR_ENV)
     if override:
         return Path(override).expanduser()
-    import platformdirs
-
+    try:
+        import platformdirs
+    except ImportError:  # a GPU box with torch and triton only: the XDG default
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        return Path(base) / "tunehub"
     return Path(platformdirs.user_cache_dir("tunehub", appauthor=False))
 
 

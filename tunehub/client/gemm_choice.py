@@ -6,6 +6,13 @@ that never raises; ``$TUNEHUB_URL`` names the service), else from the template's
 default computed here. Every integration (``tunehub.triton.matmul``, the ``tunehub``
 torch.compile backend) asks here, so a process looks each shape up once and afterwards pays a
 dict lookup.
+
+A lookup, the first of a process included, takes no longer than the client's deadline: what
+it may need is made when this module is imported, which compiler integrations do ahead of
+their first lookup: the templates (the default configs' code, a few hundred ms of imports;
+loaded here rather than on a thread beside the first lookup, which would hold the interpreter
+lock in C for tens of ms at a time) and, on a background thread, the client and its
+connection to the service.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunehub.client import schedules
 from tunehub.core import Config, InvalidSpec, Target, Workload
 
 log = logging.getLogger(__name__)
@@ -40,7 +48,8 @@ def cache_dir() -> Path:
 class GemmChoice:
     """What to run: ``config`` of ``template`` (``source``: ``exact``, ``family``,
     ``predicted``, ``default`` as the service says, or ``local-default`` when no service
-    answered), or the vendor library when ``use_library`` (the service measured it faster)."""
+    answered), or the vendor library when ``use_library`` (the service measured it faster;
+    ``library-fallback``: no config of the template runs here)."""
 
     template: str
     config: Config
@@ -153,9 +162,7 @@ class GemmChooser:
         if not missing:
             return 0
         try:
-            from tunehub.client.schedules import best_many
-
-            answers = best_many(
+            answers = schedules.best_many(
                 list(missing.values()), target=target.target_key, template=template, tune=self.tune
             )
         except Exception as exc:  # the first run looks them up one by one instead
@@ -170,12 +177,7 @@ class GemmChooser:
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("tunehub: unusable answer for %s: %s", workload.label, exc)
             if choice is None:
-                default = _default_config(workload, target, template)
-                choice = (
-                    GemmChoice(template, default, "local-default")
-                    if default is not None
-                    else GemmChoice(template, Config({}), "library-fallback", use_library=True)
-                )
+                choice = _local_default(workload, target, template)
             with self._lock:
                 self._answers.setdefault(key, choice)
         return len(missing)
@@ -219,10 +221,15 @@ class GemmChooser:
             else:
                 if choice is not None:
                     return choice
-        default = _default_config(workload, target, template)
-        if default is None:
-            return GemmChoice(template, Config({}), "library-fallback", use_library=True)
-        return GemmChoice(template, default, "local-default")
+        return _local_default(workload, target, template)
+
+
+def _local_default(workload: Workload, target: Target, template: str) -> GemmChoice:
+    """The template's default config here, else the library."""
+    default = _default_config(workload, target, template)
+    if default is None:
+        return GemmChoice(template, Config({}), "library-fallback", use_library=True)
+    return GemmChoice(template, default, "local-default")
 
 
 def _default_config(workload: Workload, target: Target, template: str) -> Config | None:
@@ -288,12 +295,13 @@ def _ask_service(workload: Workload, target: Target, template: str, tune: bool) 
     """The client's answer: cached in memory and on disk, bound by its deadline, never
     raising (``tunehub.client.best``; ``$TUNEHUB_URL`` names the service). The target is
     named by its key: ``local-cpu`` would be the service's own CPU, not this one."""
-    from tunehub.client.schedules import best
-
-    return best(workload, target=target.target_key, template=template, tune=tune)
+    return schedules.best(workload, target=target.target_key, template=template, tune=tune)
 
 
 CHOOSER = GemmChooser()
+# A compiler integration imported this: what its first lookup may need is made now.
+schedules.load_templates()
+schedules.warm_up()
 # Which kernel each GEMM call of the integrations ran: "blis.gemm", "triton.gemm", or
 # "library" (torch's own). Tests and benchmarks read it.
 CALLS: Counter[str] = Counter()

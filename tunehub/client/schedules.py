@@ -2,12 +2,20 @@
 
 A compiler asks ``best(workload, target=...)`` for every GEMM it compiles. The answer comes
 from memory (a dictionary read), else the disk cache shared by the user's processes, else the
-service, within a hard deadline (default 50 ms) measured on the wall clock: the request runs on
-a background thread and the caller stops waiting at the deadline, so a DNS or connect stall, a
-slow or dead service cannot hold a compile longer. When the service cannot answer in time the
-caller gets the cached answer (flagged ``stale``) or the template's default config (``source``
-"default", ``fallback`` true, with the reason), and the service is left alone for a while
-(backoff) so later calls do not wait at all.
+service, within a hard deadline (default 50 ms) measured on the wall clock from the call: the
+request runs on a background thread and the caller stops waiting at the deadline, so a DNS or
+connect stall, a slow or dead service cannot hold a compile longer. When the service cannot
+answer in time the caller gets the cached answer (flagged ``stale``) or the template's default
+config (``source`` "default", ``fallback`` true, with the reason), and the service is left
+alone for a while (backoff) so later calls do not wait at all.
+
+The first call of a process is bound by the same deadline: the client is cheap to make (the
+standard library's ``http.client``, which torch has imported already; no TLS set-up for an
+``http`` URL; no connection until a request), and the templates the default tier needs (a few
+hundred ms of imports) load on a background thread, started by ``warm_up`` (the compiler
+integrations call it when imported) or by the first client. A fallback that comes before they
+have loaded answers with no config (``use_library``), says so in ``reason``, and is not
+cached: the next call computes the default.
 
 >>> client = ScheduleClient("http://127.0.0.1:8000")  # doctest: +SKIP
 >>> answer = client.best({"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"},
@@ -20,17 +28,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import http.client
+import json
 import logging
 import os
-import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from tunehub.client.cache import CachedLookup, DiskCache, default_cache_dir
 
@@ -53,6 +61,9 @@ MAX_BACKOFF_SECS = 30.0
 MAX_BATCH = 1000  # the service's limit per batch lookup
 MAX_MEMORY_ENTRIES = 100_000
 LOCAL_CPU = "local-cpu"
+# An idle keep-alive connection older than this is not reused: uvicorn closes its side after 5 s,
+# and a request on a closed connection costs a failed round trip before the retry.
+IDLE_SECS = 4.0
 
 # A workload's fields and defaults, as the API spells them (the key of every cache).
 WORKLOAD_FIELDS: tuple[tuple[str, Any], ...] = (
@@ -129,17 +140,9 @@ class ScheduleClient:
         self.deadline_secs = deadline_secs
         self.ttl_secs = ttl_secs
         headers = {"X-API-Key": api_key} if api_key else {}
-        self._http: httpx.Client | None = None
+        self._http: _Connections | None = None
         if self.base_url is not None and not offline:
-            timeout = _http_timeout(deadline_secs)
-            # TCP_NODELAY: a request written in two segments (headers, then a body) would
-            # otherwise wait on the server's delayed ACK, about 40 ms on Linux: the deadline.
-            transport = httpx.HTTPTransport(
-                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-            )
-            self._http = httpx.Client(
-                base_url=self.base_url, timeout=timeout, headers=headers, transport=transport
-            )
+            self._http = _Connections(self.base_url, headers)
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._disk = DiskCache(root, self.base_url or "offline") if disk else None
         self._memory: dict[tuple[Any, ...], _Entry] = {}
@@ -152,9 +155,9 @@ class ScheduleClient:
         self._down_until = 0.0
         self._backoff = 0.0
         self._last_error = ""
-        # The default tier imports the templates (a few hundred ms once): do it now, off the
+        # The default tier imports the templates (a few hundred ms once): now, off the
         # caller's path, so a first fallback does not pay for it.
-        self._pool.submit(_import_templates)
+        start_templates()
 
     # --- public API ------------------------------------------------------------------------
     def best(
@@ -168,13 +171,15 @@ class ScheduleClient:
     ) -> ScheduleAnswer:
         """The best known schedule for ``workload`` (a Workload or a mapping of its fields:
         ``m``, ``n``, ``k``, ``dtype``, …) on ``target``; never raises, never takes longer
-        than the deadline (plus the default config's computation on a first fallback)."""
+        than the deadline (``deadline_secs``, else the client's)."""
         try:
             key = (workload_tuple(workload), target, template)
             entry = self._memory.get(key)
-            if entry is not None and entry.fresh_until > time.monotonic():
+            now = time.monotonic()
+            if entry is not None and entry.fresh_until > now:
                 return entry.answer
-            return self._lookup(key, entry, tune, deadline_secs)
+            budget = self.deadline_secs if deadline_secs is None else deadline_secs
+            return self._lookup(key, entry, tune, now + budget)
         except Exception as exc:  # never into the compiler
             log.exception("tunehub lookup failed")
             return _broken(workload, target, template, f"client error: {exc!r}")
@@ -192,7 +197,8 @@ class ScheduleClient:
         in one batch lookup (``POST /api/v1/schedules/lookup``) within one deadline. An item
         is a workload, or a mapping ``{"workload": …, "target": …, "template": …}``."""
         try:
-            return self._best_many(items, target, template, tune, deadline_secs)
+            budget = self.deadline_secs if deadline_secs is None else deadline_secs
+            return self._best_many(items, target, template, tune, time.monotonic() + budget)
         except Exception as exc:
             log.exception("tunehub batch lookup failed")
             return [_broken(item, target, template, f"client error: {exc!r}") for item in items]
@@ -202,6 +208,13 @@ class ScheduleClient:
         if self._http is not None:
             self._http.close()
 
+    def connect_ahead(self) -> None:
+        """Open a connection to the service now, for the first lookup to reuse (``warm_up``
+        calls it on a thread of its own); takes up to about twice the deadline, never raises:
+        a failure is left for that lookup to meet."""
+        if self._http is not None:
+            self._http.connect_ahead(_http_timeout(self.deadline_secs))
+
     def __enter__(self) -> ScheduleClient:
         return self
 
@@ -210,31 +223,30 @@ class ScheduleClient:
 
     # --- one lookup ------------------------------------------------------------------------
     def _lookup(
-        self, key: tuple[Any, ...], entry: _Entry | None, tune: bool, deadline: float | None
+        self, key: tuple[Any, ...], entry: _Entry | None, tune: bool, deadline_at: float
     ) -> ScheduleAnswer:
-        started = time.monotonic()
         if entry is None:
             entry = self._from_disk(key)
-            if entry is not None and entry.fresh_until > started:
+            if entry is not None and entry.fresh_until > time.monotonic():
                 return entry.answer
-        down = self._down_reason(started)
+        down = self._down_reason(time.monotonic())
         if down is not None:
-            return self._fallback(key, entry, down)
+            return self._fallback(key, entry, down, deadline_at)
         etag = entry.cached.etag if entry is not None else None
-        budget = (self.deadline_secs if deadline is None else deadline) - (
-            time.monotonic() - started
-        )
+        budget = deadline_at - time.monotonic()
         try:
             future = self._submit(key, lambda: self._get(key, etag, tune, _http_timeout(budget)))
             status_code, body, new_etag = future.result(timeout=max(budget, 0.0))
         except concurrent.futures.TimeoutError:
-            return self._fallback(key, entry, self._failed("no answer within the deadline"))
-        except Exception as exc:  # httpx's errors, and anything else on the way
-            return self._fallback(key, entry, self._failed(f"{type(exc).__name__}: {exc}"))
-        return self._answered(key, entry, status_code, body, new_etag)
+            reason = self._failed("no answer within the deadline")
+            return self._fallback(key, entry, reason, deadline_at)
+        except Exception as exc:  # OSError, http.client's errors, anything else on the way
+            reason = self._failed(f"{type(exc).__name__}: {exc}")
+            return self._fallback(key, entry, reason, deadline_at)
+        return self._answered(key, entry, status_code, body, new_etag, deadline_at)
 
     def _get(
-        self, key: tuple[Any, ...], etag: str | None, tune: bool, timeout: httpx.Timeout
+        self, key: tuple[Any, ...], etag: str | None, tune: bool, timeout: float
     ) -> tuple[int, Any, str | None]:
         assert self._http is not None
         workload, target, template = key
@@ -248,16 +260,16 @@ class ScheduleClient:
         if tune:
             params["tune"] = "true"
         headers = {"If-None-Match": etag} if etag else {}
-        response = self._http.get(
-            "/api/v1/schedules/best", params=params, headers=headers, timeout=timeout
+        status, payload, new_etag = self._http.request(
+            "GET", "/api/v1/schedules/best", params=params, headers=headers, timeout=timeout
         )
         body = None
-        if response.status_code != 304:
+        if status != 304:
             try:
-                body = response.json()
+                body = json.loads(payload)
             except ValueError:
                 body = None
-        return response.status_code, body, response.headers.get("etag")
+        return status, body, new_etag
 
     def _answered(
         self,
@@ -266,6 +278,7 @@ class ScheduleClient:
         status_code: int,
         body: Any,
         etag: str | None,
+        deadline_at: float,
     ) -> ScheduleAnswer:
         if status_code == 304 and entry is not None:
             self._up()
@@ -283,7 +296,7 @@ class ScheduleClient:
         reason = f"HTTP {status_code}: {detail}"
         if status_code >= 500 or status_code == 429:
             reason = self._failed(reason)
-        return self._fallback(key, entry, reason)
+        return self._fallback(key, entry, reason, deadline_at)
 
     # --- many lookups ----------------------------------------------------------------------
     def _best_many(
@@ -292,7 +305,7 @@ class ScheduleClient:
         target: str,
         template: str | None,
         tune: bool,
-        deadline: float | None,
+        deadline_at: float,
     ) -> list[ScheduleAnswer]:
         started = time.monotonic()
         out: list[ScheduleAnswer | None] = [None] * len(items)
@@ -315,7 +328,7 @@ class ScheduleClient:
             entries[key] = entry
             missing.setdefault(key, []).append(i)
         if missing:
-            answers = self._fetch_many(list(missing), entries, tune, deadline, started)
+            answers = self._fetch_many(list(missing), entries, tune, deadline_at)
             for key, answer in answers.items():
                 for i in missing[key]:
                     out[i] = answer
@@ -327,24 +340,23 @@ class ScheduleClient:
         keys: list[tuple[Any, ...]],
         entries: Mapping[tuple[Any, ...], _Entry | None],
         tune: bool,
-        deadline: float | None,
-        started: float,
+        deadline_at: float,
     ) -> dict[tuple[Any, ...], ScheduleAnswer]:
-        down = self._down_reason(started)
+        down = self._down_reason(time.monotonic())
         if down is not None:
-            return {key: self._fallback(key, entries[key], down) for key in keys}
-        budget = (self.deadline_secs if deadline is None else deadline) - (
-            time.monotonic() - started
-        )
+            return {key: self._fallback(key, entries[key], down, deadline_at) for key in keys}
+        budget = deadline_at - time.monotonic()
         try:
+            if self._http is None:
+                raise ConnectionError("offline")
             future = self._pool.submit(self._post_many, keys, tune, _http_timeout(budget))
             results = future.result(timeout=max(budget, 0.0))
         except concurrent.futures.TimeoutError:
             reason = self._failed("no answer within the deadline")
-            return {key: self._fallback(key, entries[key], reason) for key in keys}
-        except Exception as exc:  # httpx's errors, a malformed answer, anything else
+            return {key: self._fallback(key, entries[key], reason, deadline_at) for key in keys}
+        except Exception as exc:  # OSError, http.client's errors, a malformed answer, …
             reason = self._failed(f"{type(exc).__name__}: {exc}")
-            return {key: self._fallback(key, entries[key], reason) for key in keys}
+            return {key: self._fallback(key, entries[key], reason, deadline_at) for key in keys}
         self._up()
         out = {}
         for key, result in zip(keys, results, strict=True):
@@ -357,11 +369,11 @@ class ScheduleClient:
             else:
                 where = ".".join(str(p) for p in result.get("loc") or ())
                 reason = f"HTTP {result.get('status')}: {where}: {result.get('error')}"
-                out[key] = self._fallback(key, entries[key], reason)
+                out[key] = self._fallback(key, entries[key], reason, deadline_at)
         return out
 
     def _post_many(
-        self, keys: list[tuple[Any, ...]], tune: bool, timeout: httpx.Timeout
+        self, keys: list[tuple[Any, ...]], tune: bool, timeout: float
     ) -> list[dict[str, Any]]:
         assert self._http is not None
         results: list[dict[str, Any]] = []
@@ -374,12 +386,16 @@ class ScheduleClient:
                 if template is not None:
                     item["template"] = template
                 items.append(item)
-            response = self._http.post(
-                "/api/v1/schedules/lookup", json={"items": items, "tune": tune}, timeout=timeout
+            status, payload, _ = self._http.request(
+                "POST",
+                "/api/v1/schedules/lookup",
+                body={"items": items, "tune": tune},
+                timeout=timeout,
             )
-            if response.status_code != 200:
-                raise _BadAnswer(f"HTTP {response.status_code}: {response.text[:200]}")
-            found = response.json().get("results")
+            if status != 200:
+                raise _BadAnswer(f"HTTP {status}: {payload[:200].decode(errors='replace')}")
+            answer = json.loads(payload)
+            found = answer.get("results") if isinstance(answer, dict) else None
             if not isinstance(found, list) or len(found) != len(chunk):
                 raise _BadAnswer("the batch answer does not have one result per item")
             results += [r if isinstance(r, dict) else {} for r in found]
@@ -390,14 +406,17 @@ class ScheduleClient:
         """The request for ``key`` already in flight (from a caller that gave up waiting),
         else a new one: a slow service gets one request per lookup, not one per call."""
         if self._http is None:
-            raise httpx.ConnectError("offline")
+            raise ConnectionError("offline")
         with self._lock:
             future = self._inflight.get(key)
-            if future is None or future.done():
-                future = self._pool.submit(call)
-                self._inflight[key] = future
-                future.add_done_callback(lambda f: self._forget(key, f))
-            return future
+            if future is not None and not future.done():
+                return future
+            future = self._pool.submit(call)
+            self._inflight[key] = future
+        # Outside the lock: a request already done (a refused connection is quick) runs the
+        # callback here and now, and the callback takes the lock.
+        future.add_done_callback(lambda f: self._forget(key, f))
+        return future
 
     def _forget(self, key: tuple[Any, ...], future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
@@ -434,11 +453,17 @@ class ScheduleClient:
             self._defaults.clear()
         self._memory[key] = entry
 
-    def _fallback(self, key: tuple[Any, ...], entry: _Entry | None, reason: str) -> ScheduleAnswer:
+    def _fallback(
+        self, key: tuple[Any, ...], entry: _Entry | None, reason: str, deadline_at: float
+    ) -> ScheduleAnswer:
         if entry is not None:
             return dataclasses.replace(entry.answer, fallback=True, stale=True, reason=reason)
         answer = self._defaults.get(key)
         if answer is None:
+            if not templates_ready(deadline_at - time.monotonic()):
+                # Not cached: the next call computes the default once the templates are in.
+                workload, target, _ = key
+                return _no_default(workload, target, f"{reason}; {NOT_READY}")
             answer = default_answer(*key)
             self._defaults[key] = answer
         return dataclasses.replace(answer, reason=f"{reason}; {answer.reason}".rstrip("; "))
@@ -465,21 +490,192 @@ class ScheduleClient:
                 self._down_until = 0.0
 
 
-def _http_timeout(budget_secs: float) -> httpx.Timeout:
-    """httpx's own timeout for a request the caller waits ``budget_secs`` for: it frees the
+def _http_timeout(budget_secs: float) -> float:
+    """The socket timeout of a request the caller waits ``budget_secs`` for: it frees the
     background thread soon after the caller gave up (and lets a process exit soon)."""
-    return httpx.Timeout(max(budget_secs, 0.0) * 2 + 0.1)
+    return max(budget_secs, 0.0) * 2 + 0.1
 
 
 class _BadAnswer(RuntimeError):
     """The service answered a batch with something that is not a batch answer."""
 
 
+class _Connections:
+    """Keep-alive HTTP/1.1 connections to one service through the standard library's
+    ``http.client`` (which sets TCP_NODELAY): one per request in flight, kept for the next
+    while idle under ``IDLE_SECS``. Thread-safe; raises OSError or ``http.client``'s errors."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str]) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {base_url!r}")
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.https else 80)
+        self.prefix = parts.path.rstrip("/")
+        self.headers = {"Accept": "application/json", **headers}
+        self._idle: list[tuple[http.client.HTTPConnection, float]] = []
+        self._lock = threading.Lock()
+        self._tls: Any = None
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: Any = None,
+        timeout: float,
+    ) -> tuple[int, bytes, str | None]:
+        """``(status, body bytes, ETag)`` of one request; ``body`` is sent as JSON."""
+        url = self.prefix + path
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        sent = {**self.headers, **(headers or {})}
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            sent["Content-Type"] = "application/json"
+        for attempt in (1, 2):
+            conn, reused = self._take(timeout)
+            try:
+                conn.request(method, url, body=data, headers=sent)
+                response = conn.getresponse()
+                payload = response.read()
+            except (ConnectionResetError, BrokenPipeError):
+                conn.close()
+                if reused and attempt == 1:
+                    continue  # the server closed it while it was idle: once more, on a new one
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            if response.will_close:
+                conn.close()
+            else:
+                self._give(conn)
+            return response.status, payload, response.getheader("etag")
+        raise AssertionError("unreachable")
+
+    def connect_ahead(self, timeout: float) -> None:
+        try:
+            conn, reused = self._take(timeout)
+            if not reused:
+                conn.connect()
+        except Exception as exc:  # the first lookup meets it again
+            log.debug("tunehub: could not connect ahead to %s: %s", self.host, exc)
+            return
+        self._give(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            conn.close()
+
+    def _take(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        now = time.monotonic()
+        stale = []
+        conn = None
+        with self._lock:
+            while self._idle:
+                candidate, since = self._idle.pop()
+                if now - since < IDLE_SECS:
+                    conn = candidate
+                    break
+                stale.append(candidate)
+        for old in stale:
+            old.close()
+        if conn is not None:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            return conn, True
+        if self.https:
+            if self._tls is None:
+                self._tls = _tls_context()
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=timeout, context=self._tls
+            ), False
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout), False
+
+    def _give(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._idle.append((conn, time.monotonic()))
+
+
+def _tls_context() -> Any:
+    """The TLS context of an https service: certifi's roots where installed (as httpx uses),
+    else the system's."""
+    import ssl
+
+    try:
+        import certifi
+
+        return ssl.create_default_context(cafile=certifi.where())
+    except ImportError:
+        return ssl.create_default_context()
+
+
+# --- warm-up: what a first lookup may need, made ahead of it ----------------------------------
+NOT_READY = "no default config yet (the templates are still loading): use the library"
+_templates_loaded = threading.Event()
+_templates_started = threading.Lock()  # held for good by the first to start the import
+
+
+def start_templates() -> None:
+    """Import the template registry on a background thread (once per process): the default
+    tier needs it, and it takes a few hundred ms."""
+    if _templates_started.acquire(blocking=False):
+        threading.Thread(target=_import_templates, name="tunehub-templates", daemon=True).start()
+
+
+def load_templates() -> None:
+    """Import the template registry here and now (unless it is already, or is being imported
+    on another thread: then wait for that)."""
+    if _templates_started.acquire(blocking=False):
+        _import_templates()
+    else:
+        _templates_loaded.wait()
+
+
+def templates_ready(timeout_secs: float = 0.0) -> bool:
+    """Whether the template registry is imported (or failed to: then defaults say why),
+    waiting up to ``timeout_secs`` for it; starts the import if nobody has."""
+    if _templates_loaded.is_set():
+        return True
+    start_templates()
+    return _templates_loaded.wait(max(timeout_secs, 0.0))
+
+
 def _import_templates() -> None:
     try:
-        import tunehub.kernels.registry  # noqa: F401
+        from tunehub.kernels.registry import template_names
+
+        template_names()  # entry points and plugin modules too
     except Exception:
         log.exception("could not import the templates (defaults will say so)")
+    finally:
+        _templates_loaded.set()
+
+
+def warm_up() -> None:
+    """What a first lookup may need, made on background threads now: the templates imported
+    (see ``load_templates`` for doing it on this one), the default client made and connected
+    to its service."""
+    start_templates()
+    threading.Thread(target=_connect_ahead, name="tunehub-warm-up", daemon=True).start()
+
+
+def _connect_ahead() -> None:
+    try:
+        from tunehub.core import local_cpu_target
+
+        default_client().connect_ahead()
+        local_cpu_target()  # a first fallback asks whether its target is this CPU (runs cc)
+    except Exception:
+        log.debug("tunehub: warm-up failed", exc_info=True)
 
 
 def workload_tuple(workload: Any) -> tuple[Any, ...]:
@@ -570,13 +766,13 @@ def default_answer(workload: tuple[Any, ...], target: str, template: str | None)
 def _local_target(name: str) -> Any:
     from tunehub.core import local_cpu_target
 
-    cpu = local_cpu_target()
-    if name in (LOCAL_CPU, cpu.target_key):
-        return cpu
     if name.startswith("local-cuda:"):
         from tunehub.kernels.cuda_device import cuda_target
 
         return cuda_target(int(name.partition(":")[2]))
+    cpu = local_cpu_target()
+    if name in (LOCAL_CPU, cpu.target_key):
+        return cpu
     return None
 
 
