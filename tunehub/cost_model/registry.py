@@ -31,6 +31,7 @@ from tunehub.core import Config, MeasureRecord, ModelInfo, Target, Workload, utc
 from tunehub.cost_model.predict import Pick, pick_config
 from tunehub.cost_model.xgb import FeatureMismatch, XGBCostModel, group_records, normalised
 from tunehub.db.store import ScheduleStore
+from tunehub.workers.locks import Cancelled, cpu_work
 
 log = logging.getLogger(__name__)
 
@@ -509,13 +510,17 @@ class GlobalTrainer:
             try:
                 if not self.due(item):
                     continue
-                info = train_global_model(
-                    self.store,
-                    family_key=item.family_key,
-                    template=item.template,
-                    template_version=item.template_version,
-                    target_label=item.target_label,
-                )
+                # On a core no CPU timing uses meanwhile, as the tuning loop's own work is.
+                with cpu_work(cancelled=self._stop.is_set):
+                    info = train_global_model(
+                        self.store,
+                        family_key=item.family_key,
+                        template=item.template,
+                        template_version=item.template_version,
+                        target_label=item.target_label,
+                    )
+            except Cancelled:  # stopped while waiting for a core
+                break
             except Exception:  # one family's failure must not stop the others
                 log.exception("training the model of %s failed", item)
                 continue
