@@ -277,6 +277,12 @@ def test_another_shape_never_takes_another_shapes_launch() -> None:
             torch.testing.assert_close(out, torch.relu(a @ b + bias), rtol=1e-4, atol=1e-4)
     assert len(client_triton._PLANS) == len(shapes)
     assert CHOOSER.lookups["triton.gemm"] == len(shapes)
+    # A key first seen as x @ x, later called with two tensors: each in its place.
+    x = torch.randn(16, 16, generator=gen)
+    torch.testing.assert_close(tt.matmul(x, x), x @ x, rtol=1e-4, atol=1e-4)
+    y, z = torch.randn(16, 16, generator=gen), torch.randn(16, 16, generator=gen)
+    torch.testing.assert_close(tt.matmul(y, z), y @ z, rtol=1e-4, atol=1e-4)
+    shapes.append((16, 16, 16))
     assert set(CALLS) == {"triton.gemm"} and CALLS["triton.gemm"] == 2 * len(shapes)
     # New answers (here: forgotten ones) are never answered from plans made before them.
     CHOOSER.clear()

@@ -960,6 +960,8 @@ class GemmLauncher:
             raise ValueError("a GemmLaunch made by bind (with its operands) is needed")
         # Which operand each argument was, by identity: 0 a, 1 b, 2 bias, 3 out.
         slots = {id(t): i for i, t in enumerate((*bound.operands, bound.out)) if t is not None}
+        if len(slots) != sum(t is not None for t in (*bound.operands, bound.out)):
+            raise ValueError("bind one tensor object per operand (a view of a repeated one)")
         self._steps = tuple(_Relaunch(launch, slots) for launch in bound.launches)
         self._needs_allocator = bound.needs_allocator
 
