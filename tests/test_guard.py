@@ -75,7 +75,8 @@ def test_where_each_repeat_is_known_the_median_must_be_a_clean_repeats() -> None
     assert disturbance(ok(1.0, mostly_clean)) is None
     half = machine(0.7, clean_repeats=5, repeats=10)
     assert "only 5 of 10 repeats" in (disturbance(ok(1.0, half)) or "")
-    assert disturbance(ok(1.0, machine(0.0, clean_repeats=0, repeats=3))) is not None
+    # Threads that slept (passive OpenMP waiting) while nothing else wanted the cores: clean.
+    assert disturbance(ok(1.0, machine(0.0, clean_repeats=0, repeats=3))) is None
 
 
 def test_far_off_is_slower_than_the_config_the_model_or_the_neighbours_say() -> None:

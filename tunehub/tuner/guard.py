@@ -6,13 +6,13 @@ Every timing carries the machine's state around it (``environment["machine"]``, 
 - *disturbed*: the machine says the timing is not the config's speed. On a 2-core VM a
   2-thread blis.gemm beside one busy process ran at 0.9-3.6 GFLOP/s where it runs at 180-200,
   every repeat alike, so neither the median nor the repeats' spread shows it; but its threads
-  were off their CPUs. Where the timing loop read its threads' CPU clocks around each repeat
-  (``clean_repeats`` of ``repeats``), the timing is disturbed unless most repeats were clean
-  (then the median is a clean repeat's). Otherwise the waits over the whole timing decide: a
-  timing on two or more cores (threads that meet at barriers) is disturbed when they exceed
-  ``max_wait_share``; a one-core timing survives waits (its short repeats are preempted whole
-  and the median skips them), so only waiting most of the time disturbs it. Steal time, and a
-  GPU whose clocks were lowered by heat or a power brake, disturb too.
+  waited for a CPU. Over the whole timing, a timing on two or more cores (threads that meet
+  at barriers) is suspect when they waited more than ``max_wait_share``; a one-core timing
+  survives waits (its short repeats are preempted whole and the median skips them), so only
+  waiting most of the time makes it suspect. Where the timing loop read its threads' CPU
+  clocks around each repeat (``clean_repeats`` of ``repeats``), a suspect timing is still
+  trusted when most repeats were clean: then the median is a clean repeat's. Steal time, and
+  a GPU whose clocks were lowered by heat or a power brake, disturb too.
 - *far off*: slower than what the same config measured before (``same_config_factor``), than
   the cost model predicted (``predicted_factor``), or than its measured neighbours
   (``neighbour_factor``) — wide factors: a re-measure is cheap, a wrong record is not.
@@ -81,16 +81,18 @@ def disturbance(result: MeasureResult, policy: GuardPolicy | None = None) -> str
     others = _number(machine.get("others_share"))
     busy = f", other processes took {others:.0%} of them" if others is not None else ""
     clean, repeats = _number(machine.get("clean_repeats")), _number(machine.get("repeats"))
-    if clean is not None and repeats:
-        # Each repeat's waits are known: the median is a clean repeat's when most are clean.
-        if clean <= repeats / 2:
-            reasons.append(
-                f"only {clean:.0f} of {repeats:.0f} repeats had every thread on its CPU "
-                f"({cores} timed core(s){busy})"
-            )
-    elif wait is not None:
-        limit = policy.max_wait_share if cores > 1 else policy.max_wait_share_one_core
-        if wait > limit:
+    limit = policy.max_wait_share if cores > 1 else policy.max_wait_share_one_core
+    if wait is not None and wait > limit:
+        if clean is not None and repeats:
+            # Each repeat is known: the median is a clean repeat's when most are clean. (A
+            # repeat whose threads slept, as passive OpenMP waiting does, is not clean either;
+            # but without waits for a CPU over the timing, that sleep was the kernel's own.)
+            if clean <= repeats / 2:
+                reasons.append(
+                    f"only {clean:.0f} of {repeats:.0f} repeats had every thread on its CPU; "
+                    f"they waited for one {wait:.0%} of the time on {cores} timed core(s){busy}"
+                )
+        else:
             reasons.append(
                 f"its threads waited for a CPU {wait:.0%} of the time on {cores} timed "
                 f"core(s){busy}"
