@@ -58,7 +58,7 @@ def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("TUNEHUB_API_KEY", raising=False)
     CHOOSER.clear()
     CALLS.clear()
-    client_triton._PLANS.clear()
+    client_triton.clear_plans()
     triton_autotune._MEMORY.clear()
     yield
     CHOOSER.clear()
@@ -227,7 +227,7 @@ def test_a_cached_call_answers_as_a_first_call_does_on_fresh_inputs(
     cached = tt.matmul(*later, activation=activation)
     assert list(client_triton._PLANS.values()) == [plan]  # the same plan, no other
     torch.testing.assert_close(cached.double(), reference(*later, activation), rtol=tol, atol=tol)
-    client_triton._PLANS.clear()  # a first call again, on the same inputs
+    client_triton.clear_plans()  # a first call again, on the same inputs
     fresh = tt.matmul(*later, activation=activation)
     assert torch.equal(cached, fresh)
     assert CALLS == {"triton.gemm": 3} and CHOOSER.lookups["triton.gemm"] == 0  # answered
@@ -263,6 +263,27 @@ def test_the_memo_is_keyed_on_strides_dtype_and_alignment() -> None:
     target = client_triton.device_target(h.device)
     workload = Workload(m=m, n=n, k=k, dtype="float16")
     assert CHOOSER.choose(workload, target, "triton.gemm").config["variant"] == "tma"
+
+
+def test_plans_holding_buffers_of_their_own_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # PAD_K's padded copies of A and B belong to the binding a plan keeps: a dynamic M would
+    # keep one pair per M. Past MAX_PLAN_BYTES the memo starts again.
+    gen = torch.Generator().manual_seed(5)
+    padded = kernel_config("tiled", PAD_K=True)
+    b = torch.randn(36, 32, generator=gen).half()  # K = 36 halves: rows of 72 bytes, padded
+    for m in (16, 32):
+        answer(torch.empty(m, 36).half(), b, padded)
+    a16 = torch.randn(16, 36, generator=gen).half()
+    tt.matmul(a16, b)
+    (plan,) = client_triton._PLANS.values()
+    assert isinstance(plan, client_triton._KernelPlan)
+    assert plan.own_bytes == (16 * 40 + 40 * 32) * 2  # K padded to 40
+    monkeypatch.setattr(client_triton, "MAX_PLAN_BYTES", plan.own_bytes + 100)
+    a32 = torch.randn(32, 36, generator=gen).half()
+    out = tt.matmul(a32, b)
+    torch.testing.assert_close(out.float(), a32.float() @ b.float(), rtol=2e-2, atol=2e-2)
+    assert len(client_triton._PLANS) == 1  # the first plan was let go
+    assert client_triton._plan_bytes == (32 * 40 + 40 * 32) * 2
 
 
 def test_another_shape_never_takes_another_shapes_launch() -> None:

@@ -199,6 +199,11 @@ def _workload(
 # call: every later call with the same key pays the key, this dict's lookup and the launch.
 _PLANS: dict[tuple[Any, ...], _LibraryPlan | _KernelPlan] = {}
 MAX_PLANS = 4096  # distinct keys kept; past it the memo starts again (dynamic shapes)
+# Device memory the kept plans may hold in buffers of their own (PAD_K's padded copies, tiled
+# split-K's workspace, a zero bias): past it the memo starts again, so that many shapes (a
+# dynamic M) cannot pin memory that one call at a time would have freed.
+MAX_PLAN_BYTES = 512 << 20
+_plan_bytes = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -231,6 +236,7 @@ class _KernelPlan:
     launch: Any  # tunehub.kernels.triton_gemm_kernels.GemmLauncher
     empty: Any  # torch.empty
     generation: int
+    own_bytes: int = 0  # device memory held by the plan's own buffers
 
     def __call__(
         self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, stream: int | None
@@ -314,10 +320,23 @@ def _cuda_stream(device: int) -> int:
     return int(torch._C._cuda_getCurrentRawStream(device))
 
 
+def clear_plans() -> None:
+    """Forget every key's plan: each key's next call is a first call again."""
+    global _plan_bytes
+    _PLANS.clear()
+    _plan_bytes = 0
+
+
 def _remember(key: tuple[Any, ...], plan: _LibraryPlan | _KernelPlan) -> None:
-    if len(_PLANS) >= MAX_PLANS:
-        _PLANS.clear()
+    global _plan_bytes
+    held = plan.own_bytes if isinstance(plan, _KernelPlan) else 0
+    if len(_PLANS) >= MAX_PLANS or _plan_bytes + held > MAX_PLAN_BYTES:
+        clear_plans()
+    old = _PLANS.get(key)
+    if isinstance(old, _KernelPlan):
+        _plan_bytes -= old.own_bytes
     _PLANS[key] = plan
+    _plan_bytes += held
 
 
 def _first_call(
@@ -415,6 +434,7 @@ def _first_call(
             launch=launch,
             empty=torch.empty,
             generation=generation,
+            own_bytes=launch.own_bytes + (0 if zeros is None else zeros.nbytes),
         )
         _remember(key, plan)
         CALLS[TEMPLATE] += 1

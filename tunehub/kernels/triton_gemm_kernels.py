@@ -922,6 +922,9 @@ class GemmLaunch:
     counts: torch.Tensor | None = None
     # The a, b and bias given to ``bind`` (before any PAD_K copy): what ``launcher`` swaps.
     operands: tuple[torch.Tensor | None, ...] = ()
+    # Bytes of the buffers made for this binding alone (PAD_K's copies, tiled split-K's
+    # workspace): what keeping the binding keeps allocated.
+    own_bytes: int = 0
 
     def __call__(self) -> torch.Tensor:
         if not _interpreting():
@@ -964,6 +967,7 @@ class GemmLauncher:
             raise ValueError("bind one tensor object per operand (a view of a repeated one)")
         self._steps = tuple(_Relaunch(launch, slots) for launch in bound.launches)
         self._needs_allocator = bound.needs_allocator
+        self.own_bytes = bound.own_bytes
 
     def __call__(
         self,
@@ -1121,6 +1125,7 @@ def bind(
         if t.numel() > _INT32_MAX:
             raise ValueError(f"{what} has {t.numel()} elements: the kernels index with int32")
     pad: list[_Launch] = []
+    own_bytes = 0
     kp = padded_k(k, name)
     if cfg.get("PAD_K") and kp != k:
         # The GEMM runs on K-padded copies (zeros past K) that one launch fills each call.
@@ -1128,6 +1133,7 @@ def bind(
             raise ValueError(f"K padded to {kp}: over {_INT32_MAX} elements, past int32")
         a_pad = _padded_buffer(m, kp, a_layout, a)
         b_pad = _padded_buffer(kp, n, b_layout, b)
+        own_bytes += (a_pad.numel() + b_pad.numel()) * a.element_size()
         specs = ((a_layout, sam, sak), (b_layout, sbk, sbn))
         pad.append(_pad_launch(m, n, k, kp, *specs, (a, a_pad, b, b_pad)))
         a, b, k = a_pad, b_pad, kp
@@ -1156,6 +1162,7 @@ def bind(
         need = (split_k, m, n)
         if workspace is None:
             workspace = torch.empty(need, dtype=torch.float32, device=device)
+            own_bytes += workspace.numel() * 4
         elif workspace.dtype != torch.float32 or workspace.numel() < math.prod(need):
             raise ValueError(f"workspace must hold {math.prod(need)} float32, got {workspace}")
         elif not workspace.is_contiguous() or workspace.device != device:
@@ -1173,6 +1180,7 @@ def bind(
         needs_allocator=cfg["variant"] == "ws",
         counts=counts,
         operands=operands,
+        own_bytes=own_bytes,
     )
 
 
