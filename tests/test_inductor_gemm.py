@@ -1,0 +1,266 @@
+"""tunehub's answers inside Inductor's generated code (``tunehub.client.inductor_gemm``), on the
+CPU: what each answer becomes, how Inductor's own lowering keys its GEMM sites (a real
+Inductor compile with tunehub's choices handler installed), that the backend leaves what it
+has no answer for exactly as Inductor compiles it, and an autocast training step through the
+backend. The GPU side (the template and library candidates in generated code, the
+``triton_op`` route) is checked on a GPU by benchmarks/inductor_route.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
+
+import torch.nn.functional as F  # noqa: E402
+from torch._inductor.compile_fx import compile_fx, compile_fx_inner  # noqa: E402
+from torch._inductor.utils import run_and_get_code  # noqa: E402
+
+from tunehub.client import inductor_gemm as ig  # noqa: E402
+from tunehub.client import set_default_client  # noqa: E402
+from tunehub.client.gemm_choice import CHOOSER, GemmChoice  # noqa: E402
+from tunehub.client.torch_backend import REWRITES, gemm_site, tunehub_backend  # noqa: E402
+from tunehub.core import Config  # noqa: E402
+
+TILED = {
+    "variant": "tiled",
+    "BLOCK_M": 128,
+    "BLOCK_N": 64,
+    "BLOCK_K": 32,
+    "GROUP_M": 8,
+    "SPLIT_K": 1,
+    "num_warps": 4,
+    "num_stages": 3,
+}
+
+
+@pytest.fixture(autouse=True)
+def isolated(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    monkeypatch.setenv("TUNEHUB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "th-cache"))
+    monkeypatch.setenv("TUNEHUB_URL", "")
+    set_default_client(None)
+    torch._dynamo.reset()
+    CHOOSER.clear()
+    ig.SITES.clear()
+    ig.DECISIONS.clear()
+    yield
+    torch._dynamo.reset()
+    CHOOSER.clear()
+    set_default_client(None)
+
+
+def choice(config: dict[str, Any], source: str = "exact", library: bool = False) -> GemmChoice:
+    return GemmChoice("triton.gemm", Config(config), source, use_library=library)
+
+
+# --------------------------------------------------------------------------------------------
+# What an answer becomes
+# --------------------------------------------------------------------------------------------
+
+
+def test_layouts_are_read_off_the_strides() -> None:
+    assert ig.layout_of(64, 32, (32, 1)) == "row_major"
+    assert ig.layout_of(64, 32, (1, 64)) == "col_major"  # an nn.Linear weight, transposed
+    assert ig.layout_of(1, 32, (7, 1)) == "row_major"  # a size-1 dim's stride is free
+    assert ig.layout_of(64, 32, (64, 1)) is None  # padded rows: not what was measured
+    assert ig.layout_of(64, 32, (2, 128)) is None
+
+
+def test_a_site_names_op_sizes_dtype_and_layouts_and_nothing_else_matches_it() -> None:
+    site = ig.site_of(
+        "addmm",
+        (torch.float16, torch.float16, torch.float16),
+        ((256,), (64, 32), (32, 256)),
+        ((1,), (32, 1), (1, 32)),
+    )
+    assert site == ig.GemmSite("addmm", 64, 256, 32, "float16", "row_major", "col_major")
+    assert site.key == "tunehub:addmm:64x256x32:float16:row_major:col_major"
+    assert site.epilogue == "bias"
+    others = {
+        ig.site_of("mm", (torch.float16,) * 2, ((64, 32), (32, 256)), ((32, 1), (1, 32))),
+        ig.site_of("addmm", (torch.bfloat16,) * 3, ((256,), (64, 32), (32, 256)),
+                   ((1,), (32, 1), (1, 32))),
+        ig.site_of("addmm", (torch.float16,) * 3, ((256,), (64, 32), (32, 256)),
+                   ((1,), (32, 1), (256, 1))),
+        ig.site_of("addmm", (torch.float16,) * 3, ((256,), (65, 32), (32, 256)),
+                   ((1,), (32, 1), (1, 32))),
+    }  # fmt: skip
+    assert site.key not in {o.key for o in others if o is not None}
+    assert len(others) == 4
+    assert (
+        ig.site_of("bmm", (torch.float16,) * 2, ((2, 4, 8), (2, 8, 4)), ((32, 8, 1),) * 2) is None
+    )
+    assert ig.site_of("mm", (torch.int8,) * 2, ((4, 8), (8, 4)), ((8, 1), (4, 1))) is None
+    assert ig.site_of("mm", (torch.float16, torch.float32), ((4, 8), (8, 4)),
+                      ((8, 1), (4, 1))) is None  # fmt: skip
+
+
+def test_only_a_tiled_config_inductors_template_runs_becomes_its_kwargs() -> None:
+    kwargs = ig.template_kwargs(TILED, k=96)
+    assert kwargs == {
+        "BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
+        "num_warps": 4, "num_stages": 3, "EVEN_K": True,
+    }  # fmt: skip
+    assert ig.template_kwargs(TILED, k=100)["EVEN_K"] is False  # masked K loop
+    for other in (
+        {**TILED, "variant": "tma"},
+        {**TILED, "variant": "persistent"},
+        {**TILED, "SPLIT_K": 4},
+        {**TILED, "BLOCK_M": 192},  # a composite tile (128 + 64 rows)
+        {**TILED, "PAD_K": True},
+        {k: v for k, v in TILED.items() if k != "num_stages"},
+    ):
+        assert ig.template_kwargs(other, k=96) is None, other
+
+
+def test_each_answer_becomes_a_decision() -> None:
+    site = ig.GemmSite("mm", 64, 256, 96, "float16", "row_major", "col_major")
+    assert ig.decide(site, None).kind == "inductor"
+    assert ig.decide(site, choice(TILED)).kind == "template"
+    assert ig.decide(site, choice(TILED, "family")).kind == "template"
+    assert ig.decide(site, choice(TILED, library=True)).kind == "aten"
+    # A template's default or a model's guess is not something a compiler should take blindly.
+    for source in ("predicted", "default", "local-default", "library-fallback"):
+        assert ig.decide(site, choice(TILED, source)).kind == "inductor"
+    assert ig.decide(site, choice({**TILED, "variant": "tma"})).kind == "inductor"
+    decision = ig.decide(site, choice(TILED))
+    assert ig.Decision.from_entry(decision.entry()) == decision
+
+
+def test_tunehubs_own_kernels_are_offered_only_for_measured_wins_the_op_runs() -> None:
+    split = {**TILED, "SPLIT_K": 4}
+    assert ig.kernel_config(choice(split), k=96) == split
+    assert ig.kernel_config(choice({**TILED, "variant": "persistent"}), k=96) is not None
+    assert ig.kernel_config(choice(TILED), k=96) is None  # Inductor's template runs it
+    assert ig.kernel_config(choice(split, library=True), k=96) is None
+    assert ig.kernel_config(choice(split, "predicted"), k=96) is None
+    assert ig.kernel_config(choice({**TILED, "variant": "ws"}), k=96) is None
+    assert ig.kernel_config(None, k=96) is None
+
+
+# --------------------------------------------------------------------------------------------
+# A real Inductor compile with the handler
+# --------------------------------------------------------------------------------------------
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(48, 96)
+        self.fc2 = torch.nn.Linear(96, 64, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc1(x))
+        y = self.fc2(h)
+        return y + torch.mm(h.reshape(-1, 96), self.fc2.weight.t()).view_as(y)
+
+
+def test_inductors_lowering_keys_its_sites_as_the_backend_plans_them() -> None:
+    torch.manual_seed(0)
+    model = MLP().eval()
+    x = torch.randn(4, 9, 48)
+    planned: set[str] = set()
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        for node in gm.graph.nodes:
+            found = gemm_site(node)
+            if found is not None:
+                planned.add(found[0].key)
+        return compile_fx(
+            gm,
+            list(example_inputs),
+            inner_compile=ig.with_choices(compile_fx_inner, autotune_rest=False),
+        )
+
+    with torch.no_grad():
+        expected = model(x)
+        out, codes = run_and_get_code(torch.compile(model, backend=backend), x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert planned == {
+        "tunehub:addmm:36x96x48:float32:row_major:col_major",
+        "tunehub:mm:36x64x96:float32:row_major:col_major",
+    }
+    # Inductor's lowering met exactly those sites (the linear and the explicit mm of the same
+    # shape are one site), and on a CPU kept what its default does.
+    assert set(ig.SITES) == planned
+    assert set(ig.SITES.values()) == {"inductor"}
+    code = "\n".join(codes)
+    assert "extern_kernels.addmm(" in code and "extern_kernels.mm(" in code
+
+
+def test_the_handler_outside_a_plan_leaves_inductors_candidates_alone() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(a @ b)
+
+    a, b = torch.randn(30, 20), torch.randn(20, 10)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        return compile_fx(
+            gm,
+            list(example_inputs),
+            inner_compile=ig.with_choices(compile_fx_inner, autotune_rest=False),
+        )
+
+    _, plain = run_and_get_code(torch.compile(f), a, b)
+    torch._dynamo.reset()
+    got, handled = run_and_get_code(torch.compile(f, backend=backend), a, b)
+    torch.testing.assert_close(got, f(a, b))
+
+    def calls(code: str) -> list[str]:
+        return sorted(line.strip().split("(")[0] for line in code.splitlines()
+                      if "extern_kernels." in line and "import" not in line)  # fmt: skip
+
+    assert calls("\n".join(handled)) == calls("\n".join(plain)) == ["extern_kernels.mm"]
+
+
+# --------------------------------------------------------------------------------------------
+# The backend
+# --------------------------------------------------------------------------------------------
+
+
+def test_gemms_the_backend_has_no_kernel_for_compile_as_inductor_does() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return F.gelu(torch.addmm(bias, a, b)) @ b.t()
+
+    args = (
+        torch.randn(24, 40, dtype=torch.bfloat16),
+        torch.randn(40, 40, dtype=torch.bfloat16),
+        torch.randn(40, dtype=torch.bfloat16),
+    )
+    _, plain = run_and_get_code(torch.compile(f), *args)
+    torch._dynamo.reset()
+    got, ours = run_and_get_code(torch.compile(f, backend=tunehub_backend), *args)
+    assert REWRITES == {}
+    torch.testing.assert_close(got, f(*args), rtol=2e-2, atol=2e-2)
+
+    def kernel_calls(code: str) -> list[str]:
+        return [line.strip() for line in code.splitlines() if ".run(" in line or "extern_" in line]
+
+    # Same kernels and calls; only the generated names may differ.
+    assert len(kernel_calls("\n".join(ours))) == len(kernel_calls("\n".join(plain)))
+    assert "tunehub" not in "\n".join(ours)
+
+
+def test_an_autocast_training_step_through_the_backend_matches_eager() -> None:
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+    x = torch.randn(8, 32)
+
+    def step(fn: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fn(x).float().pow(2).mean()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    expected_loss, expected_grads = step(model)
+    loss, grads = step(torch.compile(model, backend=tunehub_backend))
+    # Under autocast the GEMMs run in bf16: Inductor's, not rewritten into fp32 kernels.
+    assert REWRITES == {}
+    torch.testing.assert_close(loss, expected_loss, rtol=2e-2, atol=2e-3)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-3)

@@ -1,0 +1,88 @@
+"""``tunehub::triton_gemm`` (tunehub's own kernels as a ``torch.library.triton_op``) on the CPU
+through Triton's interpreter: every variant it runs, against torch, on fresh inputs and odd
+shapes. That Inductor's generated code launches these kernels itself is checked on a GPU
+(benchmarks/inductor_route.py, step ``op``)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+# The interpreter is chosen when @triton.jit runs: before the kernels are imported.
+os.environ["TRITON_INTERPRET"] = "1"
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
+triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
+
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+triton.knobs.runtime.interpret = True
+
+from tunehub.kernels import triton_gemm_kernels as tg  # noqa: E402
+
+if not isinstance(tg._gemm_tiled_kernel, InterpretedFunction):
+    tg = importlib.reload(tg)  # imported earlier without the interpreter
+    import tunehub.kernels.triton_gemm_traced as traced
+
+    importlib.reload(traced)
+
+from tunehub.client.triton_op import OP, VARIANTS, config_json, runs, triton_gemm  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Conversion of an array with ndim:DeprecationWarning"
+)
+
+BASE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4, "num_warps": 4, "num_stages": 2}
+CONFIGS = {
+    "tiled": {**BASE, "variant": "tiled", "SPLIT_K": 1},
+    "tiled split-K": {**BASE, "variant": "tiled", "SPLIT_K": 3},
+    "splitk": {**BASE, "variant": "splitk", "SPLIT_K": 2},
+    "splitk_atomic": {**BASE, "variant": "splitk_atomic", "SPLIT_K": 2},
+    "persistent": {**BASE, "variant": "persistent", "SPLIT_K": 1},
+    "tiled PAD_K": {**BASE, "variant": "tiled", "SPLIT_K": 1, "PAD_K": True},
+}
+EPILOGUES = {
+    "none": lambda y, bias: y,
+    "bias": lambda y, bias: y + bias,
+    "bias_relu": lambda y, bias: torch.relu(y + bias),
+    "bias_gelu": lambda y, bias: torch.nn.functional.gelu(y + bias),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_each_variant_matches_torch_on_fresh_inputs(name: str) -> None:
+    config = CONFIGS[name]
+    gen = torch.Generator().manual_seed(len(name))
+    for (m, n, k), epilogue in (((37, 45, 27), "bias_gelu"), ((64, 16, 50), "none")):
+        a = torch.randn(m, k, generator=gen)
+        weight = torch.randn(n, k, generator=gen)  # B column-major, as nn.Linear's
+        bias = torch.randn(n, generator=gen) if epilogue != "none" else None
+        out = triton_gemm(a, weight.t(), bias, epilogue, config_json(config))
+        want = EPILOGUES[epilogue](a.double() @ weight.double().t(), bias)
+        assert out.shape == (m, n) and out.dtype == torch.float32
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
+        # A row-major B through the registered op: the same answer.
+        again = torch.ops.tunehub.triton_gemm(
+            a, weight.t().contiguous(), bias, epilogue, config_json(config)
+        )
+        torch.testing.assert_close(again, out, rtol=1e-5, atol=1e-5)
+
+
+def test_the_op_is_registered_and_says_which_variants_it_runs() -> None:
+    assert OP == "tunehub::triton_gemm"
+    assert hasattr(torch.ops.tunehub, "triton_gemm")
+    assert set(VARIANTS) == {"tiled", "splitk", "splitk_atomic", "persistent"}
+    assert runs(CONFIGS["splitk_atomic"]) and not runs({**BASE, "variant": "ws"})
+    assert not runs({**BASE, "variant": "tma"})
+    # One config, one spelling: the op's argument is canonical JSON.
+    shuffled = dict(reversed(list(CONFIGS["tiled"].items())))
+    assert config_json(shuffled) == config_json(CONFIGS["tiled"])
+
+
+def test_a_config_the_kernels_cannot_take_is_refused_with_its_reason() -> None:
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    with pytest.raises(ValueError, match="invalid config"):
+        triton_gemm(a, b, None, "none", config_json({**BASE, "variant": "tiled", "SPLIT_K": 0}))

@@ -1,0 +1,81 @@
+"""tunehub's own Triton GEMM kernels as a ``torch.library.triton_op``: ``tunehub::triton_gemm``.
+
+``triton_gemm(a, b, bias, epilogue, config)`` computes ``epilogue(a @ b + bias)`` for 2-D CUDA
+``a`` (M x K) and ``b`` (K x N), each row- or column-major, with ``config`` (a ``triton.gemm``
+config as JSON) of the variants ``tiled`` (with split-K, composite tiles or ``PAD_K``),
+``splitk``, ``splitk_atomic`` and ``persistent``: kernels Inductor's own templates cannot
+express. Its body launches the kernels through
+``torch.library.wrap_triton``, so Inductor traces it and its generated code calls each kernel
+like one of its own: no custom-op dispatch or Python per call. Called outside a compile it
+runs the kernels (on CPU tensors under ``TRITON_INTERPRET=1``).
+
+The ``tunehub`` torch.compile backend puts it in a graph where tunehub measured such a kernel
+faster than the library and no gradient flows through the GEMM. Importing this module imports
+torch and triton and registers the op.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch.library import triton_op, wrap_triton
+
+OP = "tunehub::triton_gemm"
+# Variants the op runs. Not ``ws``: it builds its descriptors in the kernel from scratch
+# memory a launch asks Triton's allocator for, which a traced graph cannot provide. Not
+# ``tma``: Inductor (torch 2.11) failed to trace its host descriptors (an H200 run:
+# benchmarks/results/inductor_route-*), so those winners compile as Inductor would.
+VARIANTS = ("tiled", "splitk", "splitk_atomic", "persistent")
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+
+
+@lru_cache(maxsize=8)
+def _num_sms(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
+
+
+def runs(config: dict[str, Any]) -> bool:
+    """Whether the op runs this ``triton.gemm`` config."""
+    return config.get("variant") in VARIANTS
+
+
+@triton_op(OP, mutates_args=())
+def triton_gemm(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, epilogue: str, config: str
+) -> torch.Tensor:
+    """``epilogue(a @ b + bias)`` with ``triton.gemm``'s kernels of ``config`` (JSON)."""
+    # Looked up per call (and per trace): the tests reload the kernels under the interpreter.
+    traced = importlib.import_module("tunehub.kernels.triton_gemm_traced")
+    limits = importlib.import_module("tunehub.kernels.triton_gemm_limits")
+    cfg = json.loads(config)
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    if _interpreting() or a.device.type != "cuda":
+        num_sms = limits._INTERPRETER_NUM_SMS
+    else:
+        num_sms = _num_sms(a.device.index if a.device.index is not None else 0)
+    launches = traced.traced_launches(
+        a,
+        b,
+        bias,
+        out,
+        epilogue=epilogue,
+        allow_tf32=a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32,
+        config=cfg,
+        num_sms=num_sms,
+    )
+    for launch in launches:
+        wrap_triton(launch.kernel)[launch.grid](*launch.args, **launch.kwargs)
+    return out
+
+
+def config_json(config: dict[str, Any]) -> str:
+    """The op's ``config`` argument: canonical JSON (one graph, one compiled kernel)."""
+    return json.dumps(dict(config), sort_keys=True, separators=(",", ":"))
