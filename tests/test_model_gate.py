@@ -214,3 +214,38 @@ def test_the_gate_accepts_a_tie_with_the_default() -> None:
                "spearman": 0.1, "time_log2_error": 1.9}  # fmt: skip
     verdict = gate(metrics)
     assert verdict.accepted and "80.0% of the best >= the default's 80.0%" in verdict.reason
+
+
+def test_a_job_after_a_refused_model_trains_no_stand_in_on_the_same_history() -> None:
+    """transfer trains its own model from similar workloads when no global model is in use;
+    not when the family's model was refused: it would learn from the same records."""
+    from tunehub.core import JobSpec
+    from tunehub.tuner import session_for_job
+    from tunehub.tuner.model_strategy import TransferStrategy
+    from tunehub.workers.replay import ReplayMeasurer
+
+    store = MemoryScheduleStore()
+    local = local_cpu_target()
+    store.commit_records(local_records(60))
+    spec = JobSpec(UNSEEN, local.target_key, strategy="transfer")
+
+    def strategy() -> TransferStrategy:
+        session = session_for_job(
+            spec, store=store, measurer=ReplayMeasurer([]), target=local, job_id=None
+        )
+        assert isinstance(session.strategy, TransferStrategy)
+        return session.strategy
+
+    assert strategy().base is not None, "no model yet: a stand-in from similar workloads"
+    seq = max(
+        r.seq or 0 for r in store.family_records(family_key=local.family_key, template="blis.gemm")
+    )
+    refused = ModelInfo(
+        family_key=local.family_key, template=TEMPLATE.name, template_version=2,
+        kind="xgboost", features="blis.gemm/1", records_used=10, workloads_used=7,
+        last_record_seq=seq, created_at=utc_now(), accepted=False, reason="refused: x",
+    )  # fmt: skip
+    store.register_model(refused, b"")
+    after = strategy()
+    assert after.base is None and after.context.model_refused.endswith("refused: x")
+    assert after.ask(1) == [TEMPLATE.default_config(UNSEEN, local)], "the default first"

@@ -13,7 +13,8 @@ so one batch does not spend itself on one ridge. Until the model has ``min_recor
 records (and without a trained global model) the picks are random.
 
 ``transfer`` starts where the fleet's history points: the global model's best config for this
-workload (the context's model, or one trained here from ``history.similar()``), then the
+workload (the context's model, or one trained here from ``history.similar()`` unless the
+family's model failed the quality gate: ``context.model_refused``), then the
 template's analytical default, then the winners of the nearest tuned workloads on the same
 target family (shape distance in log2 space), then the template's other seeds, then continues
 as ``model`` with the global model as its base.
@@ -393,6 +394,12 @@ class TransferStrategy(ModelStrategy):
         model = self.context.cost_model
         if model is not None and model.trained:
             return model
+        if self.context.model_refused:
+            # The family's model, trained on this same history, ranked worse than the
+            # analytical default on held-out workloads (issue 23's busy-machine records did
+            # that): a stand-in trained here would rank no better.
+            log.info("transfer: no stand-in model (%s)", self.context.model_refused)
+            return None
         similar = self.context.history.similar()
         if not similar:
             return None

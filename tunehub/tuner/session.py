@@ -856,16 +856,24 @@ def session_for_job(
 ) -> Session:
     """The Session that serves ``spec``: its template's space, the strategy (built from the
     registry with the job's context: the store's history, the template's seed configs, and
-    the latest registered global model of the target's family, if any), and the template's
-    baseline library (measured if not stored). ``owner`` fences its writes (the job's lease
-    holder)."""
+    the global model in use for the target's family, the newest the gate accepted, if any, or
+    why the newest was refused), and the template's baseline library (measured if not
+    stored). ``owner`` fences its writes (the job's lease holder)."""
     template = get_template(spec.template)
     history = StoreHistory(
         store, spec.workload, target, template.name, template.version, exclude_job=job_id
     )
     found = (models or ModelCache(store)).latest_model(target, template.name, template.version)
+    refused = ""
     if found is not None:
         log.info("job %s: global model %s", job_id, found[0].label)
+    else:
+        newest = store.latest_model(
+            family_key=target.family_key, template=template.name, template_version=template.version
+        )
+        if newest is not None and newest.accepted is False:
+            refused = f"{newest.label} {newest.reason}"
+            log.info("job %s: no global model in use: %s", job_id, refused)
     context = StrategyContext(
         space=template.space(spec.workload, target),
         workload=spec.workload,
@@ -875,6 +883,7 @@ def session_for_job(
         seed=spec.seed,
         prior=template.seed_configs(spec.workload, target),
         cost_model=found[1] if found is not None else None,
+        model_refused=refused,
     )
     baseline = get_template(template.baseline_template) if template.baseline_template else None
     return Session(

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 class StrategyContext:
     """Everything a strategy may read. ``history`` is read-only; ``prior`` are the configs to
     measure first (the template's analytical model and its variants); ``cost_model`` is the
-    model the strategy may consult and update (None: the strategy runs without one)."""
+    model the strategy may consult and update (None: the strategy runs without one).
+    ``model_refused`` says why the family's newest global model failed the quality gate when
+    none is in use: a strategy then trains no stand-in on the same history."""
 
     space: SearchSpace
     workload: Workload
@@ -43,6 +45,7 @@ class StrategyContext:
     seed: int = 0
     prior: Sequence[Config] = ()
     cost_model: CostModel | None = None
+    model_refused: str = ""
 
 
 class Strategy(ABC):
