@@ -1,23 +1,40 @@
-"""The ``tunehub`` torch.compile backend: GEMM nodes of the FX graph become tunehub's custom ops
-(``tunehub::linear``, ``tunehub::mm``, ``tunehub::bmm``), the rest goes to Inductor.
+"""The ``tunehub`` torch.compile backend: tunehub's measured GEMM kernels in Inductor's own
+generated code on GPUs, tunehub's ``blis.gemm`` custom ops on CPUs.
 
 ``torch.compile(model, backend="tunehub")`` finds it through the ``torch_dynamo_backends``
-entry point (no import needed). Rewritten: ``F.linear`` (``nn.Linear``), ``torch.mm``,
-``torch.matmul``/``@`` of two 2-D operands, ``torch.addmm`` with a 1-D bias and unit
-``beta``/``alpha``, each with a following ReLU or (exact, erf) GELU folded into the kernel's
-epilogue when the GEMM's only user is that activation; ``torch.bmm`` (and 3-D ``@``) on CPU
-tensors. Only dtypes a tunehub kernel takes are rewritten (CPU: float32, float64; CUDA:
-float16, bfloat16, float32); everything else is left to Inductor untouched.
+entry point (no import needed).
 
-Dynamic shapes: the ops look their config up per concrete shape when they run (once per shape
-per process, then a dict lookup), so a graph compiled with symbolic sizes needs no recompile;
-their fake implementations give Inductor symbolic output shapes.
+CUDA graphs are not rewritten. Their GEMMs are looked up in one batch at compile time and the
+answers handed to Inductor (``tunehub.client.inductor_gemm``): where tunehub measured its
+``tiled`` kernel fastest, Inductor's own Triton mm template runs that config (Inductor fuses
+the bias, activations and what follows into it); where it measured the library faster,
+Inductor's library call runs; every other GEMM (nothing measured, the service unreachable,
+dynamic sizes, a winner Inductor's template cannot express) compiles exactly as Inductor
+would on its own. The compiled call then costs what Inductor's own costs: no Python per call.
+Forward and backward graphs alike; autocast and training as Inductor handles them.
+
+CPU graphs: ``F.linear`` (``nn.Linear``), ``torch.mm``, ``torch.matmul``/``@`` of two 2-D
+operands, ``torch.addmm`` with a 1-D bias and unit ``beta``/``alpha``, each with a following
+ReLU or (exact, erf) GELU folded into the kernel's epilogue when the GEMM's only user is that
+activation, and ``torch.bmm`` (and 3-D ``@``), become tunehub's custom ops (``tunehub::linear``,
+``tunehub::mm``, ``tunehub::bmm``) that run the generated ``blis.gemm`` C kernel of the
+looked-up config (float32, float64; a GEMM whose result dtype differs from its inputs', as
+under autocast, stays Inductor's). The ops look their config up per concrete shape when they
+run (once per shape per process, then a dict lookup), so dynamic shapes need no recompile.
+
+tunehub's own kernels that Inductor's templates cannot express (split-K, persistent; the
+``tunehub::triton_gemm`` ``triton_op``) go into the graph only where its steps are replayed as
+CUDA graphs (``mode="reduce-overhead"``, or ``options={"tunehub_kernels": True}``): Inductor
+launches a user-defined Triton kernel through Triton's own Python launcher, which on an H200
+cost a LLaMA decode step 0.66x of Inductor's default speed in plain launch mode and gained
+1.02x under CUDA graphs (docs/compilers.md).
 
 Options (``torch.compile(..., backend="tunehub", options={...})``): ``"inductor": False`` runs
-the rewritten graph eagerly instead of handing it to Inductor; ``"tune": True`` asks the
+the (CPU-rewritten) graph eagerly instead of handing it to Inductor; ``"tune": True`` asks the
 service to queue tuning for the shapes it has no schedule for (in the background; needs a write
 key in ``$TUNEHUB_API_KEY``; the compile does not wait); every other key is an Inductor config
-patch; ``mode`` is Inductor's mode (e.g. ``"max-autotune"`` for the rest of the graph).
+patch; ``mode`` is Inductor's mode (with ``"max-autotune"``, GEMMs tunehub has no answer for
+are autotuned by Inductor as that mode does; those it has an answer for are not).
 """
 
 from __future__ import annotations
@@ -31,8 +48,10 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# What the last compile rewrote, by op ("linear", "linear+relu", "mm", "bmm", ...).
+# What the last compile rewrote into custom ops (CPU), by op ("linear", "linear+relu", ...).
 REWRITES: Counter[str] = Counter()
+# What the last compile planned for its CUDA GEMMs: site key -> "template"/"aten"/"inductor".
+PLANNED: dict[str, str] = {}
 
 _DTYPES = {"cpu": ("float32", "float64"), "cuda": ("float16", "bfloat16", "float32")}
 
@@ -44,7 +63,8 @@ def tunehub_backend(
     mode: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> Callable[..., Any]:
-    """A torch.compile backend: rewrite the GEMMs into tunehub ops, then compile with Inductor."""
+    """A torch.compile backend: plan the GPU GEMMs and rewrite the CPU ones, then compile
+    with Inductor."""
     import tunehub.client.torch_ops  # noqa: F401  (registers the ops)
 
     options = dict(options or {})
@@ -54,17 +74,160 @@ def tunehub_backend(
 
         CHOOSER.tune = bool(options.pop("tune"))
     counts = rewrite_gemms(gm)
-    log.info("tunehub backend rewrote %s", dict(counts) or "no GEMM")
+    log.info("tunehub backend rewrote %s", dict(counts) or "no CPU GEMM")
     if not use_inductor:
         return gm.forward  # type: ignore[no-any-return]
     from torch._inductor import list_mode_options
-    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
+    kernels = options.pop("tunehub_kernels", None)
     patches = {**(list_mode_options(mode) if mode and mode != "default" else {}), **options}
+    if kernels is None:
+        kernels = bool(patches.get("triton.cudagraphs"))
+    table = plan_cuda_gemms(gm, kernels=bool(kernels))
+    if "kernel" in PLANNED.values():
+        # Inductor's FX graph cache could not key a graph holding these kernels (an H200
+        # run, torch 2.11): such a graph is compiled afresh in each process.
+        patches["fx_graph_cache"] = False
+    autotune_rest = (
+        bool(patches.get("max_autotune") or patches.get("max_autotune_gemm"))
+        or _inductor_autotunes()
+    )
+    inner = compile_fx_inner
+    if table:
+        from tunehub.client.inductor_gemm import with_choices
+
+        user_table = patches.get("lookup_table.table") or {}
+        patches["lookup_table.table"] = {**user_table, **table}
+        if any(rows[0]["template_id"] == "template" for rows in table.values()):
+            # Inductor offers its mm template only when it may autotune GEMMs; the handler
+            # leaves one candidate per planned GEMM, so nothing is benchmarked.
+            patches["max_autotune_gemm"] = True
+        inner = with_choices(compile_fx_inner, autotune_rest=autotune_rest)
     compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
-        gm, list(example_inputs), config_patches=patches or None
+        gm, list(example_inputs), inner_compile=inner, config_patches=patches or None
     )
     return compiled
+
+
+def _inductor_autotunes() -> bool:
+    from torch._inductor import config
+
+    return bool(config.max_autotune or config.max_autotune_gemm)
+
+
+def plan_cuda_gemms(gm: Any, *, kernels: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """tunehub's plan for the CUDA GEMMs of ``gm``, looked up in one batch: Inductor's
+    ``mm``/``addmm`` sites (from the graph's static shapes) and what its lowering should offer
+    for each (the returned table; empty when the graph has none). With ``kernels``, a GEMM
+    whose measured winner is one of tunehub's own kernels (split-K, persistent, ...) and
+    through which no gradient flows is rewritten in place into ``tunehub::triton_gemm`` with
+    that config."""
+    from tunehub.client.inductor_gemm import kernel_config, lookup, plan_table
+
+    found = []
+    for node in gm.graph.nodes:
+        site = gemm_site(node)
+        if site is not None and site[1].type == "cuda":
+            found.append((node, *site))
+    PLANNED.clear()
+    if not found:
+        return {}
+    table = plan_table([site for _, site, _ in found], found[0][2])
+    PLANNED.update({key: rows[0]["template_id"] for key, rows in table.items()})
+    rewritten = 0
+    for node, site, device in found if kernels else ():
+        if getattr(_meta(node), "requires_grad", True):
+            continue  # a training graph: Inductor differentiates its own GEMMs
+        config = kernel_config(lookup(site, device), site.k)
+        if config is not None:
+            _to_triton_op(gm.graph, node, site.epilogue, config)
+            PLANNED[site.key] = "kernel"
+            rewritten += 1
+    if rewritten:
+        gm.graph.lint()
+        gm.recompile()
+    log.info("tunehub planned %s", Counter(PLANNED.values()))
+    return table
+
+
+def _to_triton_op(graph: Any, node: Any, epilogue: str, config: dict[str, Any]) -> None:
+    """Replace a linear/mm/addmm node with ``tunehub::triton_gemm`` running ``config``."""
+    import torch
+    import torch.nn.functional as F
+
+    from tunehub.client.triton_op import config_json
+
+    op = torch.ops.tunehub.triton_gemm.default
+    with graph.inserting_before(node):
+        if node.target is F.linear or node.target is torch._C._nn.linear:
+            x, weight, *rest = (*node.args, None)[:3]
+            bias = node.kwargs.get("bias", rest[0] if rest else None)
+            k = _meta(weight).shape[1]
+            lead = tuple(_meta(x).shape[:-1])
+            a = graph.call_function(torch.reshape, (x, (-1, k)))
+            b = graph.call_function(torch.t, (weight,))
+            gemm = graph.call_function(op, (a, b, bias, epilogue, config_json(config)))
+            new = graph.call_function(torch.reshape, (gemm, (*lead, -1)))
+        else:
+            if node.target is torch.addmm:
+                bias, a, b = node.args[:3]
+            else:
+                (a, b), bias = node.args[:2], None
+            new = graph.call_function(op, (a, b, bias, epilogue, config_json(config)))
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    graph.erase_node(node)
+
+
+def gemm_site(node: Any) -> tuple[Any, Any] | None:
+    """(the Inductor ``mm``/``addmm`` site, its device) that a GEMM node of the graph lowers
+    to, for static sizes and dense operands; None for anything else."""
+    import torch
+    import torch.nn.functional as F
+
+    from tunehub.client.inductor_gemm import site_of
+
+    if node.op != "call_function":
+        return None
+    target = node.target
+    if target is F.linear or target is torch._C._nn.linear:
+        x, weight, *rest = (*node.args, None)[:3]
+        bias = node.kwargs.get("bias", rest[0] if rest else None)
+        if not _supported(x, weight, dims=(-1, 2)):
+            return None
+        xv, wv = _meta(x), _meta(weight)
+        shape = _static_shape(x)
+        if shape is None or _static_shape(weight) is None or not xv.is_contiguous():
+            return None
+        m, k, n = math.prod(shape[:-1]), shape[-1], wv.shape[0]
+        # Inductor sees x as (M, K) row-major and B as the weight transposed.
+        site = site_of(
+            "addmm" if bias is not None else "mm",
+            (xv.dtype, wv.dtype),
+            ((m, k), (k, n)),
+            ((k, 1), (wv.stride(1), wv.stride(0))),
+        )
+        return (site, xv.device) if site is not None else None
+    if target not in (torch.mm, torch.matmul, operator.matmul, torch.addmm):
+        return None
+    if set(node.kwargs) - {"beta", "alpha"} or any(
+        node.kwargs.get(key, 1) != 1 for key in ("beta", "alpha")
+    ):
+        return None
+    a, b = node.args[1:3] if target is torch.addmm else node.args[:2]
+    if not _supported(a, b, dims=(2, 2)):
+        return None
+    if _static_shape(a) is None or _static_shape(b) is None:
+        return None
+    av, bv = _meta(a), _meta(b)
+    site = site_of(
+        "addmm" if target is torch.addmm else "mm",
+        (av.dtype, bv.dtype),
+        (tuple(av.shape), tuple(bv.shape)),
+        (tuple(av.stride()), tuple(bv.stride())),
+    )
+    return (site, av.device) if site is not None else None
 
 
 def _meta(node: Any) -> Any:
@@ -122,57 +285,30 @@ def _static_shape(node: Any) -> tuple[int, ...] | None:
     return shape if all(type(d) is int for d in shape) else None
 
 
-def _layout_of(node: Any) -> str:
-    """The layout the op will see for a 2-D operand (as ``tunehub.client.triton`` reads it)."""
-    value = _meta(node)
-    rows, cols = value.shape
-    if cols == 1 or value.stride(1) == 1:
-        return "row_major"
-    if rows == 1 or value.stride(0) == 1:
-        return "col_major"
-    return "row_major"  # copied to row-major
-
-
 def planned_workload(name: str, args: tuple[Any, ...], activation: str) -> tuple[Any, ...] | None:
-    """(workload, target, template) the rewritten op will look up when it runs, from the
+    """(workload, target, template) the rewritten CPU op will look up when it runs, from the
     graph's static shapes; None where a size is symbolic (then the op looks it up itself)."""
     from tunehub.client.torch_ops import cpu_epilogue
-    from tunehub.client.triton import allow_tf32, device_target, triton_epilogue
     from tunehub.core import Workload, local_cpu_target
 
     first = _meta(args[0])
-    device, dtype = first.device, str(first.dtype).removeprefix("torch.")
+    dtype = str(first.dtype).removeprefix("torch.")
     bias = args[2] if name != "bmm" else None
     a_shape, b_shape = _static_shape(args[0]), _static_shape(args[1])
     if a_shape is None or b_shape is None:
         return None
     if name == "linear":
         m, k, n = math.prod(a_shape[:-1]), a_shape[-1], b_shape[0]
-        layouts = ("row_major", "col_major" if _meta(args[1]).stride(1) == 1 else "row_major")
     elif name == "bmm":
         (_, m, k), n = a_shape, b_shape[2]
-        layouts = ("row_major", "row_major")
     else:
         (m, k), n = a_shape, b_shape[1]
-        layouts = (_layout_of(args[0]), _layout_of(args[1]))
-    if device.type == "cpu":
-        epilogue = cpu_epilogue(bias is not None, activation)
-        return (
-            Workload(m=m, n=n, k=k, dtype=dtype, epilogue=epilogue),
-            local_cpu_target(),
-            "blis.gemm",
-        )
-    workload = Workload(
-        m=m,
-        n=n,
-        k=k,
-        dtype=dtype,
-        a_layout=layouts[0],
-        b_layout=layouts[1],
-        epilogue=triton_epilogue(bias is not None, activation),
-        allow_tf32=allow_tf32(dtype, device.type),
+    epilogue = cpu_epilogue(bias is not None, activation)
+    return (
+        Workload(m=m, n=n, k=k, dtype=dtype, epilogue=epilogue),
+        local_cpu_target(),
+        "blis.gemm",
     )
-    return workload, device_target(device), "triton.gemm"
 
 
 def prefetch(planned: list[tuple[str, tuple[Any, ...], str]]) -> int:
@@ -198,7 +334,8 @@ def prefetch(planned: list[tuple[str, tuple[Any, ...], str]]) -> int:
 
 
 def rewrite_gemms(gm: Any) -> Counter[str]:
-    """Replace the GEMM nodes of ``gm`` (in place) with tunehub ops; returns what changed."""
+    """Replace the CPU GEMM nodes of ``gm`` (in place) with tunehub ops; returns what
+    changed."""
     import torch
     import torch.nn.functional as F
 
@@ -245,6 +382,11 @@ def rewrite_gemms(gm: Any) -> Counter[str]:
         if replacement is None:
             continue
         op, args = replacement
+        first = _meta(args[0])
+        if first.device.type != "cpu" or getattr(_meta(node), "dtype", None) != first.dtype:
+            # GPU GEMMs stay in the graph for Inductor (``plan_cuda_gemms``); so does a GEMM
+            # whose result dtype differs from its operands' (autocast).
+            continue
         end, activation = (node, "none") if name == "bmm" else _fuse_activation(graph, node)
         if name != "bmm":
             args = (*args, activation)

@@ -1,0 +1,654 @@
+"""Whole models under ``torch.compile(backend="tunehub")`` against eager, Inductor's default and
+max-autotune: time per step in plain launch and under CUDA graphs, compile time, and which
+kernel each GEMM ran.
+
+Models (fp16 unless said): ``gpt2`` (a GPT-2-small-shaped decoder: 4 layers, hidden 768, 12
+heads, vocabulary 50,304; cases ``b8`` = 8 x 512 tokens, ``b1`` = 1 x 512), ``llama`` (a
+LLaMA-shaped block, hidden 4096, MLP 11008, 32 heads; ``prefill`` = 1 x 2048 tokens, causal,
+``decode`` = 16 sequences x 1 token over a 1024-token cache), ``vit`` (ViT-B-shaped
+MLP-heavy encoder: 4 blocks of LayerNorm + attention + 768 -> 3072 -> 768 GELU MLP; ``b64`` = 64
+images x 197 tokens, ``b8``). Extra cases with ``--extras``: ``gpt2/train-fp32`` and
+``gpt2/train-bf16`` (2 layers, 4 x 256, forward + backward + SGD step; bf16 under
+``torch.autocast``), ``gpt2/offline`` (b8 with no service: every GEMM as Inductor's default),
+``gpt2/dynamic`` (``dynamic=True`` over 5 sequence lengths: compile time).
+
+    python benchmarks/compile_models.py --home /tmp/cm --tune-only          # tune the GEMMs
+    python benchmarks/compile_models.py --home /tmp/cm --models gpt2 --out $OUT/a.json
+    python benchmarks/compile_models.py --dry-run                            # CPU, tiny
+
+Each (case, contender) runs in a fresh process with cold Inductor and Triton caches (so every
+compile time is a cold compile; tunehub's includes its lookups). Plain launch: median of
+``--rounds`` event-timed rounds of back-to-back steps; graphs: the compiled step captured in
+one CUDA graph (max-autotune compiled without its own graphs, so all four are captured the same
+way). The JSON's ``summary`` holds, per (model, case, mode), ``tunehub_over_best_inductor``
+(tunehub's speed over the faster of default and max-autotune; above 1: tunehub faster) and
+their geomean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from local_service import REPO, local_service, lookup, machine, tune_shapes
+
+CONTENDERS = ("eager", "default", "max-autotune", "tunehub")
+CASES = {
+    "gpt2": {"b8": (8, 512), "b1": (1, 512)},
+    "llama": {"prefill": (1, 2048), "decode": (16, 1)},
+    "vit": {"b64": (64, 197), "b8": (8, 197)},
+}
+TUNEHUB_KERNELS = (
+    "_gemm_tiled_kernel",
+    "_gemm_splitk_kernel",
+    "_gemm_persistent_kernel",
+    "_gemm_tma_kernel",
+)
+EXTRAS = ("train-fp32", "train-bf16", "offline", "dynamic")
+DYNAMIC_LENGTHS = (128, 192, 256, 384, 512)
+
+
+# --------------------------------------------------------------------------------------------
+# The models (built in the worker processes)
+# --------------------------------------------------------------------------------------------
+
+
+def make_model(name: str, dims: dict[str, int], batch: int) -> Any:
+    import torch
+    import torch.nn.functional as F
+
+    class Attention(torch.nn.Module):
+        def __init__(self, hidden: int, heads: int, bias: bool, causal: bool) -> None:
+            super().__init__()
+            self.heads, self.causal = heads, causal
+            self.qkv = torch.nn.Linear(hidden, 3 * hidden, bias=bias)
+            self.proj = torch.nn.Linear(hidden, hidden, bias=bias)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, h = x.shape
+            q, k, v = self.qkv(x).split(h, dim=-1)
+            q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            return self.proj(y.transpose(1, 2).reshape(b, s, h))
+
+    class Encoder(torch.nn.Module):
+        """GPT-2 (causal, with an LM head) or ViT (bidirectional) blocks, pre-LayerNorm."""
+
+        def __init__(self, layers: int, hidden: int, heads: int, vocab: int, causal: bool):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList()
+            for _ in range(layers):
+                block = torch.nn.ModuleDict(
+                    {
+                        "ln1": torch.nn.LayerNorm(hidden),
+                        "attn": Attention(hidden, heads, True, causal),
+                        "ln2": torch.nn.LayerNorm(hidden),
+                        "fc": torch.nn.Linear(hidden, 4 * hidden),
+                        "out": torch.nn.Linear(4 * hidden, hidden),
+                    }
+                )
+                self.blocks.append(block)
+            self.ln = torch.nn.LayerNorm(hidden)
+            self.head = torch.nn.Linear(hidden, vocab, bias=False) if vocab else None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for blk in self.blocks:
+                x = x + blk["attn"](blk["ln1"](x))
+                x = x + blk["out"](F.gelu(blk["fc"](blk["ln2"](x))))
+            x = self.ln(x)
+            return self.head(x) if self.head is not None else x
+
+    if name in ("gpt2", "vit"):
+        hidden = dims["hidden"]
+        vocab = dims["vocab"] if name == "gpt2" else 0
+        return Encoder(dims["layers"], hidden, max(1, hidden // 64), vocab, causal=name == "gpt2")
+    return make_llama_block(dims["hidden"], dims["mlp"], dims["heads"], dims["context"], batch)
+
+
+def make_llama_block(hidden: int, mlp: int, heads: int, context: int, batch: int) -> Any:
+    import torch
+    import torch.nn.functional as F
+
+    class RMSNorm(torch.nn.Module):
+        def __init__(self, dim: int) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(dim))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            scale = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+            return (x.float() * scale).to(x.dtype) * self.weight
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.heads = heads
+            self.norm1 = RMSNorm(hidden)
+            self.qkv = torch.nn.Linear(hidden, 3 * hidden, bias=False)
+            self.o = torch.nn.Linear(hidden, hidden, bias=False)
+            self.norm2 = RMSNorm(hidden)
+            self.gate = torch.nn.Linear(hidden, mlp, bias=False)
+            self.up = torch.nn.Linear(hidden, mlp, bias=False)
+            self.down = torch.nn.Linear(mlp, hidden, bias=False)
+            hd = hidden // heads
+            # The decode case's KV cache (filled with random keys and values).
+            self.register_buffer("k_cache", torch.randn(batch, heads, context, hd) * 0.1)
+            self.register_buffer("v_cache", torch.randn(batch, heads, context, hd) * 0.1)
+            self.use_cache = context > 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, h = x.shape
+            hd = h // self.heads
+            q, k, v = self.qkv(self.norm1(x)).split(h, dim=-1)
+            q, k, v = (t.view(b, s, self.heads, hd).transpose(1, 2) for t in (q, k, v))
+            if self.use_cache:
+                k = torch.cat([self.k_cache, k], dim=2)
+                v = torch.cat([self.v_cache, v], dim=2)
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=not self.use_cache)
+            x = x + self.o(att.transpose(1, 2).reshape(b, s, h))
+            y = self.norm2(x)
+            return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+    return Block()
+
+
+def model_dims(args: argparse.Namespace, model: str, case: str) -> dict[str, int]:
+    if model == "llama":
+        return {
+            "hidden": args.llama_hidden,
+            "mlp": args.llama_mlp,
+            "heads": args.llama_heads,
+            "context": args.llama_context if case == "decode" else 0,
+        }
+    layers = 2 if case.startswith("train") else args.layers
+    return {"layers": layers}
+
+
+def case_shape(args: argparse.Namespace, model: str, case: str) -> tuple[int, int]:
+    """(batch, sequence) of a case."""
+    if case.startswith("train"):
+        return 4, 256
+    if case in ("offline", "dynamic"):
+        return CASES["gpt2"]["b8"]
+    batch, seq = CASES[model][case]
+    if args.dry_run:
+        return min(batch, 2), min(seq, 16)
+    return batch, seq
+
+
+def gemm_workloads(args: argparse.Namespace, model: str, case: str) -> list[dict[str, Any]]:
+    """The case's GEMMs as tunehub workloads, as Inductor lowers them: x (T x K) times an
+    nn.Linear weight (a column-major K x N B), ``bias`` where the layer has one."""
+    batch, seq = case_shape(args, model, case)
+    t = batch * seq
+    if model == "llama":
+        h, mlp = args.llama_hidden, args.llama_mlp
+        shapes = [(3 * h, h, False), (h, h, False), (mlp, h, False), (h, mlp, False)]
+    else:
+        h = args.hidden
+        shapes = [(3 * h, h, True), (h, h, True), (4 * h, h, True), (h, 4 * h, True)]
+        if model == "gpt2":
+            shapes.append((args.vocab, h, False))
+    dtype = {"train-fp32": "float32", "train-bf16": "bfloat16"}.get(case, args.dtype)
+    return [
+        {"m": t, "n": n, "k": k, "dtype": dtype, "b_layout": "col_major",
+         "epilogue": "bias" if bias else "none"}
+        for n, k, bias in shapes
+    ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# One (case, contender), in its own process
+# --------------------------------------------------------------------------------------------
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    device = spec["device"]
+    cuda = device == "cuda"
+    dtype = getattr(torch, spec["dtype"])
+    torch.manual_seed(0)
+    model_name, case, contender = spec["model"], spec["case"], spec["contender"]
+    training = case.startswith("train")
+    model = make_model(model_name, spec["dims"], spec["batch"])
+    model = model.to(device=device, dtype=torch.float32 if training else dtype)
+    model.train(training)
+    hidden = spec["dims"].get("hidden", 768)
+    x = torch.randn(spec["batch"], spec["seq"], hidden, device=device)
+    x = x if training else x.to(dtype)
+    result: dict[str, Any] = {k: spec[k] for k in ("model", "case", "contender")}
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    torch._dynamo.reset()
+    if contender == "eager":
+        compiled = model
+    elif contender == "tunehub":
+        compiled = torch.compile(model, backend=_tunehub_backend(), dynamic=spec["dynamic"])
+    else:
+        mode = None if contender == "default" else "max-autotune-no-cudagraphs"
+        compiled = torch.compile(model, mode=mode, dynamic=spec["dynamic"])
+
+    if training:
+        autocast = case == "train-bf16"
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+        def step(inp: Any) -> Any:
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+                loss = compiled(inp).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            return loss
+
+        start = time.perf_counter()
+        step(x)
+        sync()
+        result["compile_secs"] = time.perf_counter() - start
+        result["launch_ms"] = _time(step, x, spec, cuda)
+        result["graph_ms"] = None
+        result["rel_err"] = None
+        return _with_kernels(result, contender)
+
+    with torch.no_grad():
+        if spec["dynamic"]:
+            start = time.perf_counter()
+            for seq in DYNAMIC_LENGTHS:
+                compiled(torch.randn(spec["batch"], seq, hidden, device=device, dtype=dtype))
+            sync()
+            result["compile_secs"] = time.perf_counter() - start
+            result["launch_ms"] = _time(compiled, x, spec, cuda)
+            result["graph_ms"] = None
+            result["rel_err"] = None
+            return _with_kernels(result, contender)
+        expected = model(x).float()
+        sync()
+        start = time.perf_counter()
+        if contender != "eager":
+            from torch._inductor.utils import run_and_get_code
+
+            out, codes = run_and_get_code(compiled, x)
+            result["kernels"] = _kernel_counts("\n".join(codes))
+        else:
+            out = compiled(x)
+        sync()
+        result["compile_secs"] = time.perf_counter() - start
+        result["rel_err"] = float((out.float() - expected).norm() / expected.norm())
+        result["launch_ms"] = _time(compiled, x, spec, cuda)
+        result["graph_ms"] = None
+        if cuda:
+            try:
+                result["graph_ms"] = _time_graph(compiled, x, spec)
+            except Exception as exc:  # a step that cannot be captured: launch time only
+                result["graph_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return _with_kernels(result, contender)
+
+
+def _kernel_counts(code: str) -> dict[str, int]:
+    """What the generated code runs for its GEMMs."""
+    return {
+        "library_mm": code.count("extern_kernels.mm(") + code.count("extern_kernels.addmm("),
+        "library_bmm": code.count("extern_kernels.bmm("),
+        "inductor_templates": code.count("def triton_tem_"),
+        "tunehub_kernels": sum(code.count(f"def {name}") for name in TUNEHUB_KERNELS),
+        "tunehub_custom_op_calls": code.count("torch.ops.tunehub."),
+    }
+
+
+def _with_kernels(result: dict[str, Any], contender: str) -> dict[str, Any]:
+    if contender == "tunehub":
+        from tunehub.client.gemm_choice import CALLS, CHOOSER
+        from tunehub.client.inductor_gemm import DECISIONS
+        from tunehub.client.torch_backend import PLANNED, REWRITES
+
+        result["tunehub"] = {
+            "planned": dict(PLANNED),
+            "lowered": dict(DECISIONS),
+            "cpu_rewrites": dict(REWRITES),
+            "calls": dict(CALLS),
+            "lookups": {
+                f"{k[0]}x{k[1]}x{k[2]} {k[3]} {k[6]}": {
+                    "source": c.source,
+                    "library": c.use_library,
+                    "variant": c.config.get("variant"),
+                }
+                for k, c in CHOOSER._answers.items()
+            },
+        }
+    return result
+
+
+def _tunehub_backend() -> Any:
+    """``"tunehub"`` where the entry point is installed; else the function itself (a checkout
+    run through PYTHONPATH has no installed entry points)."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    try:
+        lookup_backend("tunehub")
+    except Exception:
+        from tunehub.client.torch_backend import tunehub_backend
+
+        return tunehub_backend
+    return "tunehub"
+
+
+def _time(step: Any, x: Any, spec: dict[str, Any], cuda: bool) -> float:
+    """Median ms per call of back-to-back calls."""
+    import torch
+
+    for _ in range(3):
+        step(x)
+    times = []
+    for _ in range(spec["rounds"]):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(spec["reps"]):
+                step(x)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / spec["reps"])
+        else:
+            t0 = time.perf_counter()
+            for _ in range(spec["reps"]):
+                step(x)
+            times.append((time.perf_counter() - t0) * 1e3 / spec["reps"])
+    return statistics.median(times)
+
+
+def _time_graph(step: Any, x: Any, spec: dict[str, Any]) -> float:
+    """Median ms per replay of the step captured in a CUDA graph."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            step(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(spec["rounds"]):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(spec["reps"]):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / spec["reps"])
+    return statistics.median(times)
+
+
+def run_worker(spec: dict[str, Any], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="compile-models-") as tmp:
+        environment = {
+            **os.environ,
+            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            # Cold caches: every compile time is a first compile.
+            "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor"),
+            "TRITON_CACHE_DIR": str(Path(tmp) / "triton"),
+            "TUNEHUB_CACHE_DIR": str(Path(tmp) / "tunehub"),
+            **env,
+        }
+        try:
+            done = subprocess.run(
+                [sys.executable, __file__, "--worker", json.dumps(spec)],
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return {**spec, "error": f"timed out after {timeout:.0f} s"}
+    if done.returncode != 0:
+        return {**spec, "error": done.stderr[-3000:]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# The orchestration
+# --------------------------------------------------------------------------------------------
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """One row per (model, case, contender): the first run's, with the medians of every
+    repeat's times."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((r["model"], r["case"], r["contender"]), []).append(r)
+    out = {}
+    for key, group in groups.items():
+        row = dict(group[0])
+        for field in ("launch_ms", "graph_ms", "compile_secs"):
+            values = [r[field] for r in group if r.get(field)]
+            row[field] = statistics.median(values) if values else None
+        row["repeats"] = len(group)
+        out[key] = row
+    return out
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (model, case, mode): each contender's ms, tunehub over the faster Inductor, and
+    over eager and Inductor's default; the geomeans; compile-time ratios."""
+    ok = _medians([r for r in runs if "error" not in r])
+    rows: dict[str, Any] = {}
+    ratios: dict[str, list[float]] = {"best_inductor": [], "default": [], "eager": []}
+    compile_ratios = []
+    for (model, case, contender), mine in ok.items():
+        if contender != "tunehub":
+            continue
+        default = ok.get((model, case, "default"))
+        if default and mine.get("compile_secs"):
+            compile_ratios.append(mine["compile_secs"] / default["compile_secs"])
+        for mode, field in (("launch", "launch_ms"), ("graphs", "graph_ms")):
+            if not mine.get(field):
+                continue
+            ms = {c: ok[(model, case, c)].get(field) for c in CONTENDERS if (model, case, c) in ok}
+            ms = {c: v for c, v in ms.items() if v}
+            inductor = [ms[c] for c in ("default", "max-autotune") if c in ms]
+            row: dict[str, Any] = {"ms": ms}
+            if inductor:
+                row["tunehub_over_best_inductor"] = min(inductor) / ms["tunehub"]
+                ratios["best_inductor"].append(row["tunehub_over_best_inductor"])
+            if "default" in ms:
+                row["tunehub_over_default"] = ms["default"] / ms["tunehub"]
+                ratios["default"].append(row["tunehub_over_default"])
+            if "eager" in ms:
+                row["tunehub_over_eager"] = ms["eager"] / ms["tunehub"]
+                ratios["eager"].append(row["tunehub_over_eager"])
+            if default and default.get("compile_secs"):
+                row["compile_over_default"] = mine["compile_secs"] / default["compile_secs"]
+            rows[f"{model}/{case}/{mode}"] = row
+    return {
+        "rows": rows,
+        "geomean_tunehub_over_best_inductor": geomean(ratios["best_inductor"]),
+        "min_tunehub_over_best_inductor": min(ratios["best_inductor"], default=None),
+        "geomean_tunehub_over_default": geomean(ratios["default"]),
+        "min_tunehub_over_eager": min(ratios["eager"], default=None),
+        "geomean_compile_over_default": geomean(compile_ratios),
+        "max_compile_over_default": max(compile_ratios, default=None),
+    }
+
+
+def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    print()
+    print(f"{'model/case':20s} {'contender':13s} {'launch ms':>10s} {'graph ms':>9s} "
+          f"{'compile s':>10s} {'rel err':>9s}  GEMM kernels")  # fmt: skip
+    for r in runs:
+        label = f"{r['model']}/{r['case']}"
+        if "error" in r:
+            print(f"{label:20s} {r['contender']:13s} FAILED: {r['error'][-400:]}")
+            continue
+        graph = f"{r['graph_ms']:.3f}" if r.get("graph_ms") else "-"
+        err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else "-"
+        kernels = r.get("kernels", "")
+        if "tunehub" in r:
+            kernels = f"{kernels} planned {sorted(r['tunehub']['planned'].values())}"
+        print(f"{label:20s} {r['contender']:13s} {r['launch_ms']:>10.3f} {graph:>9s} "
+              f"{r['compile_secs']:>10.1f} {err:>9s}  {kernels}")  # fmt: skip
+    print()
+    for key, row in summary["rows"].items():
+        parts = [f"{name} {row[name]:.3f}x" for name in
+                 ("tunehub_over_best_inductor", "tunehub_over_default", "tunehub_over_eager",
+                  "compile_over_default") if name in row]  # fmt: skip
+        print(f"{key:28s} " + ", ".join(parts))
+    print(
+        "geomean tunehub over the faster Inductor: "
+        f"{summary['geomean_tunehub_over_best_inductor'] or 0:.3f}x "
+        f"(min {summary['min_tunehub_over_best_inductor'] or 0:.3f}x); compile time "
+        f"{summary['geomean_compile_over_default'] or 0:.3f}x of default's "
+        f"(max {summary['max_compile_over_default'] or 0:.3f}x)"
+    )
+
+
+def write(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1, default=str))
+    tmp.replace(path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help="a tunehub service that has (or will tune) the shapes")
+    parser.add_argument("--api-key", help="write key for --url (default $TUNEHUB_API_KEY)")
+    parser.add_argument("--target", default=None, help="target to tune and look up on")
+    parser.add_argument("--models", default="gpt2,llama,vit")
+    parser.add_argument("--cases", default="", help="only these cases (e.g. b8,prefill)")
+    parser.add_argument("--extras", default="", help=f"comma-separated of {', '.join(EXTRAS)}")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--vocab", type=int, default=50304)
+    parser.add_argument("--llama-hidden", type=int, default=4096)
+    parser.add_argument("--llama-mlp", type=int, default=11008)
+    parser.add_argument("--llama-heads", type=int, default=32)
+    parser.add_argument("--llama-context", type=int, default=1024)
+    parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    parser.add_argument("--home", type=Path, help="keep the started service's data here")
+    parser.add_argument("--trials", type=int, default=16, help="tuning trials per GEMM shape")
+    parser.add_argument("--job-secs", type=float, default=20.0, help="tuning secs per shape")
+    parser.add_argument("--tune-only", action="store_true", help="tune the shapes, run nothing")
+    parser.add_argument("--skip-tune", action="store_true", help="the service has the shapes")
+    parser.add_argument("--reps", type=int, default=20, help="calls per timing round")
+    parser.add_argument("--rounds", type=int, default=7, help="timing rounds (median)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="fresh processes per (case, contender), in turn (median)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=600.0, help="per worker, seconds")
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny models")
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+
+    device = "cuda"
+    if args.dry_run:
+        device = "cpu"
+        args.layers, args.hidden, args.vocab = 1, 64, 96
+        args.llama_hidden, args.llama_mlp, args.llama_heads, args.llama_context = 64, 96, 4, 16
+        args.dtype, args.trials, args.job_secs, args.reps, args.rounds = "float32", 2, 30, 2, 2
+    models = [m for m in args.models.split(",") if m]
+    only = {c for c in args.cases.split(",") if c}
+    cases = [(m, c) for m in models for c in CASES[m] if not only or c in only]
+    cases += [("gpt2", e) for e in args.extras.split(",") if e]
+    contenders = [c for c in args.contenders.split(",") if c]
+    target = args.target or ("local-cpu" if device == "cpu" else "local-cuda:0")
+    template = "blis.gemm" if device == "cpu" else "triton.gemm"
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "args": {k: v for k, v in vars(args).items() if k not in ("worker", "api_key", "out")},
+        "target": target,
+    }
+    runs: list[dict[str, Any]] = []
+    with local_service(args.url, args.api_key, gpus="none" if args.dry_run else "auto",
+                       home=args.home) as service:  # fmt: skip
+        workloads = [w for m, c in cases if c not in ("offline",) for w in
+                     gemm_workloads(args, m, c)]  # fmt: skip
+        if device == "cpu":
+            workloads = [{**w, "b_layout": "row_major", "epilogue": "none"} for w in workloads]
+        unique = [dict(t) for t in dict.fromkeys(tuple(sorted(w.items())) for w in workloads)]
+        if not args.skip_tune:
+            print(f"tuning {len(unique)} GEMM shapes on {target} ({args.trials} trials, "
+                  f"{args.job_secs:.0f} s at most each) ...", flush=True)  # fmt: skip
+            start = time.perf_counter()
+            jobs = []
+            for first in range(0, len(unique), 15):  # a key queues at most 20 jobs
+                jobs += tune_shapes(service, unique[first : first + 15], target=target,
+                                    template=template, max_trials=args.trials,
+                                    max_secs=args.job_secs)  # fmt: skip
+            results["tuning_secs"] = time.perf_counter() - start
+            results["jobs"] = [{k: j.get(k) for k in ("id", "state", "trials_done", "error")}
+                               for j in jobs]  # fmt: skip
+        print(f"\n{'GEMM (m x n x k)':24s} {'source':>8s} {'vs library':>11s}  winner")
+        answers = []
+        for w in unique:
+            answer = lookup(service, w, target=target, template=template)
+            answers.append({"workload": w, "answer": answer})
+            speed = answer.get("speedup_vs_baseline")
+            config = answer.get("config") or {}
+            tile = "x".join(str(config.get(f"BLOCK_{d}")) for d in "MNK")
+            vs = f"{speed:.3f}x" if speed else "-"
+            print(
+                f"{w['m']:>6d}x{w['n']}x{w['k']:<10d} {answer.get('source', '?'):>8s} "
+                f"{vs:>11s}  {config.get('variant')} {tile}"
+            )
+        results["lookups"] = answers
+        if args.tune_only:
+            contenders = []
+        for model, case in cases:
+            batch, seq = case_shape(args, model, case)
+            for contender in [c for _ in range(args.repeats) for c in contenders]:
+                if case in EXTRAS and contender in ("eager", "max-autotune"):
+                    continue  # the extras compare tunehub with Inductor's default
+                online = not (case == "offline" and contender == "tunehub")
+                env = {"TUNEHUB_URL": service.url if online else "",
+                       "TUNEHUB_CLIENT_DEADLINE_SECS": "5" if online else "0.05"}  # fmt: skip
+                spec = {
+                    "model": model, "case": case, "contender": contender, "device": device,
+                    "dtype": args.dtype, "dims": model_dims(args, model, case),
+                    "batch": batch, "seq": seq, "dynamic": case == "dynamic",
+                    "reps": args.reps, "rounds": args.rounds,
+                }  # fmt: skip
+                if model != "llama":
+                    spec["dims"].update(hidden=args.hidden, vocab=args.vocab)
+                else:
+                    spec["dims"]["hidden"] = args.llama_hidden
+                print(f"... {model}/{case} {contender}", flush=True)
+                runs.append(run_worker(spec, env, args.timeout))
+                if args.out:  # what is measured so far outlives a command stopped at its limit
+                    write(args.out, {**results, "runs": runs, "summary": summarize(runs)})
+    results["runs"] = runs
+    results["summary"] = summarize(runs)
+    if runs:
+        print_table(runs, results["summary"])
+    if args.out:
+        write(args.out, results)
+        print(f"wrote {args.out}")
+    return 0 if all("error" not in r for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

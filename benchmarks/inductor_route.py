@@ -1,0 +1,299 @@
+"""tunehub's GEMM answers in Inductor's generated code, checked and timed on a GPU.
+
+1. ``check``: an fp16 MLP (linear+bias+GELU, linear+bias, linear) compiled with
+   ``TunehubChoices`` and a plan written by hand: every site ``aten``, then every site on
+   Inductor's mm template with a named config. Asserts the generated code holds what the plan
+   says (the template's constants, the library call, the GELU fused into the template) and the
+   output matches eager.
+2. ``mapping``: the same config run as tunehub's ``triton.gemm`` ``tiled`` kernel (``bind`` +
+   launch) and as Inductor's mm template (a compiled ``a @ b`` planned onto it), with cuBLAS
+   beside them: if the two Triton kernels run within a few percent, a tiled config tunehub
+   measured is a config Inductor's template runs as fast.
+
+    python benchmarks/inductor_route.py --out $OUT/inductor_route.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SHAPES = [  # (M, N, K): GPT-2-small GEMMs at 8 x 512 tokens, a square, a skinny
+    (4096, 2304, 768),
+    (4096, 768, 768),
+    (4096, 3072, 768),
+    (4096, 768, 3072),
+    (4096, 50304, 768),
+    (2048, 2048, 2048),
+    (64, 4096, 4096),
+]
+CONFIGS = [
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+]
+
+
+def compile_planned(fn: Any, table: dict[str, Any], *, template: bool) -> Any:
+    import torch
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    from tunehub.client.inductor_gemm import with_choices
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        patches: dict[str, Any] = {"lookup_table.table": table}
+        if template:
+            patches["max_autotune_gemm"] = True
+        return compile_fx(
+            gm,
+            list(example_inputs),
+            inner_compile=with_choices(compile_fx_inner, autotune_rest=False),
+            config_patches=patches,
+        )
+
+    return torch.compile(fn, backend=backend)
+
+
+def template_entry(cfg: dict[str, Any], k: int) -> list[dict[str, Any]]:
+    from tunehub.client.inductor_gemm import Decision, template_kwargs
+
+    kwargs = template_kwargs({"variant": "tiled", "SPLIT_K": 1, **cfg}, k)
+    assert kwargs is not None
+    return Decision("template", kwargs, why="probe").entry()
+
+
+def check(report: dict[str, Any]) -> None:
+    import torch
+    import torch.nn.functional as F
+    from torch._inductor.utils import run_and_get_code
+
+    from tunehub.client import inductor_gemm
+    from tunehub.client.inductor_gemm import Decision, GemmSite
+
+    torch.manual_seed(0)
+    dev = "cuda"
+
+    class MLP(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = torch.nn.Linear(768, 3072)
+            self.fc2 = torch.nn.Linear(3072, 768)
+            self.fc3 = torch.nn.Linear(768, 512, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc3(self.fc2(F.gelu(self.fc1(x))))
+
+    model = MLP().to(dev, torch.float16).eval()
+    x = torch.randn(8, 512, 768, device=dev, dtype=torch.float16)
+    sites = [
+        GemmSite("addmm", 4096, 3072, 768, "float16", "row_major", "col_major"),
+        GemmSite("addmm", 4096, 768, 3072, "float16", "row_major", "col_major"),
+        GemmSite("mm", 4096, 512, 768, "float16", "row_major", "col_major"),
+    ]
+    cfg = CONFIGS[0]
+    cases = {
+        "aten": {s.key: Decision("aten", why="probe").entry() for s in sites},
+        "template": {s.key: template_entry(cfg, s.k) for s in sites},
+    }
+    with torch.no_grad():
+        expected = model(x)
+        for name, table in cases.items():
+            torch._dynamo.reset()
+            inductor_gemm.DECISIONS.clear()
+            compiled = compile_planned(model, table, template=name == "template")
+            out, codes = run_and_get_code(compiled, x)
+            code = "\n".join(codes)
+            err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
+            found = {
+                "decisions": dict(inductor_gemm.DECISIONS),
+                "rel_err": err,
+                "extern_mm": code.count("extern_kernels.mm("),
+                "extern_addmm": code.count("extern_kernels.addmm("),
+                "template_kernels": code.count("def triton_tem_"),
+                "block_m_128": code.count("BLOCK_M : tl.constexpr = 128"),
+                "gelu_in_template": any(
+                    "erf" in part for part in code.split("def triton_tem_")[1:]
+                ),
+                "launches_per_call": code.count(".run("),
+            }
+            report.setdefault("check", {})[name] = found
+            print(f"check {name}: {found}")
+            assert err < 1e-2, err
+            if name == "aten":
+                assert found["template_kernels"] == 0
+                assert found["extern_mm"] + found["extern_addmm"] == 3
+            else:
+                assert found["template_kernels"] == 3, found
+                assert found["extern_mm"] + found["extern_addmm"] == 0
+        (Path(report["_out_dir"]) / "inductor_route_template_code.py").write_text(code)
+
+
+OP_CONFIGS = [
+    {"variant": "tiled", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+     "SPLIT_K": 1, "num_warps": 8, "num_stages": 3},
+    {"variant": "tiled", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
+     "SPLIT_K": 4, "num_warps": 4, "num_stages": 3},
+    {"variant": "splitk_atomic", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
+     "SPLIT_K": 4, "num_warps": 4, "num_stages": 3},
+    {"variant": "persistent", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+     "SPLIT_K": 1, "num_warps": 8, "num_stages": 3},
+    {"variant": "tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+     "SPLIT_K": 1, "num_warps": 8, "num_stages": 3},
+    {"variant": "tma", "BLOCK_M": 128, "BLOCK_N": 192, "BLOCK_K": 64, "GROUP_M": 8,
+     "SPLIT_K": 1, "num_warps": 8, "num_stages": 3, "PAD_K": True},
+]  # fmt: skip
+
+
+NO_FX_CACHE = bool(os.environ.get("PROBE_NO_FX_CACHE"))
+
+
+def op(report: dict[str, Any]) -> None:
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    from tunehub.client.triton_op import config_json
+    from tunehub.kernels import triton_gemm_kernels as tk
+
+    rows = []
+    configs = OP_CONFIGS[: int(os.environ.get("PROBE_OP_CONFIGS", len(OP_CONFIGS)))]
+    for (m, n, k), cfg in [((4096, 768, 3072), c) for c in configs] + [
+        ((1000, 3000, 777), OP_CONFIGS[-1])
+    ]:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.float16)
+        bias = torch.randn(n, device="cuda", dtype=torch.float16)
+        text = config_json(cfg)
+
+        def f(a: Any, w: Any, bias: Any, text: str = text) -> Any:
+            y = torch.ops.tunehub.triton_gemm(a, w.t(), bias, "bias", text)
+            return torch.nn.functional.gelu(y)
+
+        ref = torch.nn.functional.gelu(torch.addmm(bias, a, w.t()).float())
+        torch._dynamo.reset()
+        compiled = torch.compile(f, options={"fx_graph_cache": not NO_FX_CACHE})
+        out, codes = run_and_get_code(compiled, a, w, bias)
+        code = "\n".join(codes)
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        out_direct = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        launch = tk.bind(a, w.t(), bias, out_direct, epilogue="bias", config=cfg)
+        row = {
+            "shape": [m, n, k],
+            "config": cfg,
+            "rel_err": err,
+            "custom_op_calls_in_code": code.count("torch.ops.tunehub"),
+            "kernels_in_code": sorted(
+                {part.split("(")[0] for part in code.split("def ")[1:] if "_kernel" in part[:60]}
+            ),
+            "compiled_us": bench(lambda c=compiled, x=(a, w, bias): c(*x)),
+            "bound_launch_us": bench(launch),
+            "cublas_addmm_us": bench(lambda x=(a, w, bias): torch.addmm(x[2], x[0], x[1].t())),
+        }
+        rows.append(row)
+        print(f"op {m}x{n}x{k} {cfg['variant']}: {row}")
+        assert err < 1e-2, err
+        assert row["custom_op_calls_in_code"] == 0, "the op's Python ran in the compiled code"
+    report["op"] = rows
+
+
+def bench(fn: Any) -> float:
+    import triton
+
+    return float(triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")) * 1e3
+
+
+def mapping(report: dict[str, Any]) -> None:
+    import torch
+
+    from tunehub.client.inductor_gemm import GemmSite
+    from tunehub.kernels import triton_gemm_kernels as tk
+
+    rows = []
+    for m, n, k in SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.float16)
+        b = w.t()  # column-major B, as nn.Linear's weight
+        out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        cublas_us = bench(lambda a=a, b=b: torch.mm(a, b))
+        site = GemmSite("mm", m, n, k, "float16", "row_major", "col_major")
+        for cfg in CONFIGS:
+            launch = tk.bind(a, b, None, out, config={"variant": "tiled", "SPLIT_K": 1, **cfg})
+            launch()
+            ref = torch.mm(a, b)
+            tunehub_err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+            tunehub_us = bench(launch)
+            torch._dynamo.reset()
+            compiled = compile_planned(
+                lambda a, b: a @ b, {site.key: template_entry(cfg, k)}, template=True
+            )
+            got = compiled(a, b)
+            inductor_err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+            inductor_us = bench(lambda a=a, b=b, c=compiled: c(a, b))
+            row = {
+                "shape": [m, n, k],
+                "config": cfg,
+                "tunehub_tiled_us": tunehub_us,
+                "inductor_template_us": inductor_us,
+                "cublas_us": cublas_us,
+                "inductor_over_tunehub_time": inductor_us / tunehub_us,
+                "errors": [tunehub_err, inductor_err],
+            }
+            rows.append(row)
+            print(
+                f"{m}x{n}x{k} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} "
+                f"w{cfg['num_warps']} s{cfg['num_stages']}: tunehub {tunehub_us:.1f} us, "
+                f"inductor {inductor_us:.1f} us ({inductor_us / tunehub_us:.3f}x time), "
+                f"cuBLAS {cublas_us:.1f} us"
+            )
+    ratios = [r["inductor_over_tunehub_time"] for r in rows]
+    report["mapping"] = {
+        "rows": rows,
+        "geomean_inductor_over_tunehub_time": math.exp(
+            statistics.fmean(math.log(r) for r in ratios)
+        ),
+        "max_inductor_over_tunehub_time": max(ratios),
+        "min_inductor_over_tunehub_time": min(ratios),
+    }
+    print(json.dumps({k: v for k, v in report["mapping"].items() if k != "rows"}))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", default="check,op,mapping")
+    args = parser.parse_args()
+    import torch
+    import triton
+
+    report: dict[str, Any] = {
+        "_out_dir": str(args.out.parent),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    print(report)
+    for step in args.steps.split(","):
+        try:
+            {"check": check, "mapping": mapping, "op": op}[step](report)
+        except Exception as exc:  # report what failed, go on with the next step
+            import traceback
+
+            traceback.print_exc()
+            report.setdefault("failed", {})[step] = repr(exc)
+    report.pop("_out_dir")
+    args.out.write_text(json.dumps(report, indent=1))
+    return 1 if report.get("failed") else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
