@@ -264,3 +264,16 @@ def test_an_autocast_training_step_through_the_backend_matches_eager() -> None:
     torch.testing.assert_close(loss, expected_loss, rtol=2e-2, atol=2e-3)
     for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-3)
+
+
+def test_a_graph_that_convolves_is_seen_as_one() -> None:
+    from tunehub.client.torch_backend import _has_convolution
+
+    def conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, w).flatten(1) @ w.flatten(1).t()
+
+    def plain(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1) @ w.flatten(1).t()
+
+    assert _has_convolution(torch.fx.symbolic_trace(conv))
+    assert not _has_convolution(torch.fx.symbolic_trace(plain))

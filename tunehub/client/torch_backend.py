@@ -99,15 +99,26 @@ def tunehub_backend(
 
         user_table = patches.get("lookup_table.table") or {}
         patches["lookup_table.table"] = {**user_table, **table}
-        if any(rows[0]["template_id"] == "template" for rows in table.values()):
+        if any(rows[0]["template_id"] == "template" for rows in table.values()) and not (
+            _has_convolution(gm)
+        ):
             # Inductor offers its mm template only when it may autotune GEMMs; the handler
-            # leaves one candidate per planned GEMM, so nothing is benchmarked.
+            # leaves one candidate per planned GEMM, so nothing is benchmarked. Not where the
+            # graph convolves: Inductor's convolutions add their templates without asking the
+            # handler, and would be autotuned (their planned GEMMs get the library instead).
             patches["max_autotune_gemm"] = True
         inner = with_choices(compile_fx_inner, autotune_rest=autotune_rest)
     compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
         gm, list(example_inputs), inner_compile=inner, config_patches=patches or None
     )
     return compiled
+
+
+def _has_convolution(gm: Any) -> bool:
+    return any(
+        node.op == "call_function" and "conv" in getattr(node.target, "__name__", "")
+        for node in gm.graph.nodes
+    )
 
 
 def _inductor_autotunes() -> bool:
