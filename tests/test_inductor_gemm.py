@@ -277,3 +277,22 @@ def test_a_graph_that_convolves_is_seen_as_one() -> None:
 
     assert _has_convolution(torch.fx.symbolic_trace(conv))
     assert not _has_convolution(torch.fx.symbolic_trace(plain))
+
+
+def test_a_gemm_of_symbolic_sizes_gets_no_site_and_compiles_as_inductor_does() -> None:
+    layer = torch.nn.Linear(24, 40)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        return compile_fx(
+            gm,
+            list(example_inputs),
+            inner_compile=ig.with_choices(compile_fx_inner, autotune_rest=False),
+        )
+
+    compiled = torch.compile(layer, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for rows in (5, 9, 13):
+            x = torch.randn(rows, 24)
+            torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
+    # One kernel serves every M: no config measured for one M is planned onto it.
+    assert ig.SITES == {}

@@ -299,6 +299,10 @@ def choices_class() -> type:
         def _decision(self, kernel_inputs: Any, op_name: str) -> Decision:
             try:
                 device = kernel_inputs.device()
+                if not _static(kernel_inputs):
+                    # A kernel compiled for symbolic sizes serves every size: a config (and
+                    # its EVEN_K) measured for one of them is not an answer for all.
+                    return Decision("inductor", why="symbolic sizes")
                 site = site_of(
                     op_name,
                     tuple(kernel_inputs.dtypes()),
@@ -373,6 +377,15 @@ def choices_class() -> type:
 
     _Handler.cls = TunehubChoices
     return TunehubChoices
+
+
+def _static(kernel_inputs: Any) -> bool:
+    """Whether every size and stride of the GEMM's inputs is a compile-time integer."""
+    for dims in (*kernel_inputs.shapes_symbolic(), *kernel_inputs.strides_symbolic()):
+        for dim in dims:
+            if not isinstance(dim, int) and not getattr(dim, "is_Integer", False):
+                return False
+    return True
 
 
 def with_choices(inner_compile: Callable[..., Any], *, autotune_rest: bool) -> Callable[..., Any]:
