@@ -174,6 +174,8 @@ def test_inductors_lowering_keys_its_sites_as_the_backend_plans_them() -> None:
             gm,
             list(example_inputs),
             inner_compile=ig.with_choices(compile_fx_inner, autotune_rest=False),
+            # A cached graph is not lowered again: the handler would not be asked.
+            config_patches={"fx_graph_cache": False},
         )
 
     with torch.no_grad():
@@ -203,6 +205,8 @@ def test_the_handler_outside_a_plan_leaves_inductors_candidates_alone() -> None:
             gm,
             list(example_inputs),
             inner_compile=ig.with_choices(compile_fx_inner, autotune_rest=False),
+            # A cached graph is not lowered again: the handler would not be asked.
+            config_patches={"fx_graph_cache": False},
         )
 
     _, plain = run_and_get_code(torch.compile(f), a, b)
@@ -287,6 +291,8 @@ def test_a_gemm_of_symbolic_sizes_gets_no_site_and_compiles_as_inductor_does() -
             gm,
             list(example_inputs),
             inner_compile=ig.with_choices(compile_fx_inner, autotune_rest=False),
+            # A cached graph is not lowered again: the handler would not be asked.
+            config_patches={"fx_graph_cache": False},
         )
 
     compiled = torch.compile(layer, backend=backend, dynamic=True)
