@@ -24,6 +24,7 @@ from tunehub.core import (
 from tunehub.cost_model.xgb import XGBCostModel
 from tunehub.db import MemoryScheduleStore
 from tunehub.kernels.base import Artifact, Template, TimingPolicy
+from tunehub.kernels.machine import gpu_state
 from tunehub.kernels.space import Knob, SearchSpace
 from tunehub.tuner import ExhaustiveStrategy, Session, StoreHistory, StrategyContext
 from tunehub.tuner.guard import (
@@ -325,3 +326,35 @@ def test_a_replay_is_not_remeasured() -> None:
     run.run()
     assert set(calls.values()) == {1}
     assert all(r.status is MeasureStatus.OK for r in store.job_records(job))
+
+
+def test_a_gpu_timing_records_clocks_and_why_nvml_lowered_them() -> None:
+    class FakeNvml:
+        NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+        def nvmlInit(self) -> None: ...
+        def nvmlShutdown(self) -> None: ...
+        def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+            return index
+
+        def nvmlDeviceGetClockInfo(self, handle: int, kind: int) -> int:
+            return 1410 if kind == self.NVML_CLOCK_SM else 2619
+
+        def nvmlDeviceGetMaxClockInfo(self, handle: int, kind: int) -> int:
+            return 1980
+
+        def nvmlDeviceGetTemperature(self, handle: int, kind: int) -> int:
+            return 81
+
+        def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[object]:
+            return []
+
+        def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
+            return 0x4 | 0x40  # power cap, hardware thermal slowdown
+
+    state = gpu_state(0, nvml=FakeNvml())
+    assert state["sm_clock_mhz"] == 1410 and state["max_sm_clock_mhz"] == 1980
+    assert state["clock_reasons"] == ["sw_power_cap", "hw_thermal_slowdown"]
+    timed = ok(1.0, {"machine": {"cores": [0], "wait_share": 0.0, "gpu_after": state}})
+    assert "hw_thermal_slowdown" in (disturbance(timed) or "")
+    assert gpu_state(0, nvml=object()) == {}  # an NVML that cannot start: nothing recorded
