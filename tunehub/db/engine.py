@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -76,36 +77,58 @@ def make_engine(url: str | URL, *, echo: bool = False) -> Engine:
     SQLite: WAL journal, foreign keys on, a busy timeout, usable from any thread, and
     transactions begun by SQLAlchemy (``BEGIN``, or ``BEGIN IMMEDIATE`` on engines from
     ``write_engine``) instead of by the sqlite3 module, so a read-then-write transaction cannot
-    fail half-way on a lock upgrade. An in-memory SQLite database uses one shared connection
-    and suits only single-threaded tests. PostgreSQL URLs use psycopg 3.
+    fail half-way on a lock upgrade; the busy timeout is 30 s unless the URL says
+    ``?timeout=SECS``. An in-memory SQLite database uses one shared connection and suits only
+    single-threaded tests. PostgreSQL URLs use psycopg 3.
+
+    Faults: connections are checked before use (``pool_pre_ping``) and a disconnect discards
+    every connection opened before it; on SQLite a read-only or I/O error counts as one, since
+    a connection opened while its file could not be written stays read-only for its life.
 
     >>> make_engine("sqlite://").dialect.name
     'sqlite'
     """
     parsed = normalize_url(url)
-    kwargs: dict[str, Any] = {"echo": echo}
+    kwargs: dict[str, Any] = {"echo": echo, "pool_pre_ping": True}
+    busy_ms = SQLITE_BUSY_TIMEOUT_MS
     if parsed.get_backend_name() == "sqlite":
-        kwargs["connect_args"] = {
-            "check_same_thread": False,
-            "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
-        }
+        if "timeout" in parsed.query:
+            busy_ms = round(float(str(parsed.query["timeout"])) * 1000)
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_ms / 1000}
         if _is_sqlite_memory(parsed):
             kwargs["poolclass"] = StaticPool
+            kwargs["pool_pre_ping"] = False  # one connection for the database's life
     else:
-        kwargs["pool_pre_ping"] = True
         if "connect_timeout" not in parsed.query:
             # A database host that drops packets must not hold a caller for the OS's minutes:
             # the runner counts an outage from failed attempts (TUNEHUB_DB_OUTAGE_SECS).
             kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_SECS}
     engine = create_engine(parsed, **kwargs)
     if engine.dialect.name == "sqlite":
-        _configure_sqlite(engine, memory=_is_sqlite_memory(parsed))
+        _configure_sqlite(engine, memory=_is_sqlite_memory(parsed), busy_ms=busy_ms)
     return engine
 
 
-def _configure_sqlite(engine: Engine, *, memory: bool) -> None:
+# SQLite errors after which a connection is opened afresh: its file could not be written when
+# it was opened (it stays read-only for its life) or the file went away under it.
+_SQLITE_REOPEN = ("readonly database", "disk i/o error", "unable to open database")
+
+
+def _sqlite_reopen(exc: BaseException | None) -> bool:
+    text = str(exc).lower()
+    return any(marker in text for marker in _SQLITE_REOPEN)
+
+
+def _configure_sqlite(engine: Engine, *, memory: bool, busy_ms: int) -> None:
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: ExceptionContext) -> None:
+        # A disconnect to SQLAlchemy: this connection and every one opened before it go.
+        if not memory and _sqlite_reopen(context.original_exception):
+            context.is_disconnect = True
+
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        record.info["busy_ms"] = busy_ms
         # Let SQLAlchemy emit BEGIN itself (see the "begin" hook below).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
@@ -113,7 +136,7 @@ def _configure_sqlite(engine: Engine, *, memory: bool) -> None:
             if not memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         finally:
             cursor.close()
 
@@ -155,6 +178,49 @@ def write_engine(engine: Engine) -> Engine:
     concurrent writers queue on the busy timeout instead of failing; elsewhere it is a no-op.
     """
     return engine.execution_options(**{_SQLITE_BEGIN_IMMEDIATE: True})
+
+
+def ping(engine: Engine, *, timeout_secs: float = 1.0) -> None:
+    """Raise ``StoreUnavailable`` unless ``engine``'s database could take a write now.
+
+    PostgreSQL: a connection answers ``SELECT 1``. SQLite: the write lock can be taken within
+    ``timeout_secs`` (``BEGIN IMMEDIATE``, rolled back: nothing is written); a connection that
+    cannot is discarded, so one opened read-only during a fault does not outlive it.
+
+    >>> ping(make_engine("sqlite://"))
+    """
+    try:
+        if engine.dialect.name == "sqlite":
+            _ping_sqlite(engine, timeout_secs)
+        else:
+            with engine.connect() as connection:
+                connection.exec_driver_sql("SELECT 1")
+    except (OperationalError, InterfaceError, sqlite3.Error) as exc:
+        orig = exc.orig if isinstance(exc, OperationalError | InterfaceError) else exc
+        reason = " ".join(str(orig or exc).split())[:300]
+        raise StoreUnavailable(f"the database is unreachable: {reason}") from exc
+
+
+def _ping_sqlite(engine: Engine, timeout_secs: float) -> None:
+    pooled = engine.raw_connection()
+    try:
+        raw = pooled.driver_connection
+        assert raw is not None
+        busy_ms = pooled.info.get("busy_ms", SQLITE_BUSY_TIMEOUT_MS)
+        raw.execute(f"PRAGMA busy_timeout={max(1, round(timeout_secs * 1000))}")
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+            raw.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            if _sqlite_reopen(exc):
+                pooled.invalidate(exc)
+                engine.pool.dispose()  # and the others opened during the fault
+            raise
+        finally:
+            if pooled.is_valid:
+                raw.execute(f"PRAGMA busy_timeout={busy_ms}")
+    finally:
+        pooled.close()
 
 
 @contextmanager

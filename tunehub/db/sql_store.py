@@ -76,7 +76,7 @@ from tunehub.db.common import (
     trials_of,
     unknown_target,
 )
-from tunehub.db.engine import make_engine, safe_url, session_scope, write_engine
+from tunehub.db.engine import make_engine, ping, safe_url, session_scope, write_engine
 from tunehub.db.store import (
     IN_CHUNK,
     ApiKeyNotFound,
@@ -148,6 +148,9 @@ class SqlScheduleStore(ScheduleStore):
     def close(self) -> None:
         if self._owns_engine:
             self._engine.dispose()
+
+    def ping(self, *, timeout_secs: float = 1.0) -> None:
+        ping(self._engine, timeout_secs=timeout_secs)
 
     # --- targets and workloads -------------------------------------------------------------
     def put_target(self, target: Target) -> None:

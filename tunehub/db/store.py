@@ -542,5 +542,10 @@ class ScheduleStore(ABC):
         were made or revoked. Cheap: lookup caches in every serving process call it every
         few hundred milliseconds. See ``ChangeMark`` for the limits of what it sees."""
 
+    def ping(self, *, timeout_secs: float = 1.0) -> None:  # noqa: B027 - optional hook
+        """Raise ``StoreUnavailable`` unless the store could take a write now, waiting at most
+        about ``timeout_secs`` for a lock (health checks call it; it writes nothing). A store
+        in memory always can."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Dispose of connections."""

@@ -13,12 +13,18 @@ from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 import tunehub
 from tunehub.core import LOCAL_CPU, InvalidSpec, Target, local_cpu_target
 from tunehub.cost_model.registry import GlobalTrainer, ModelCache, Trainable
-from tunehub.db import QueueFull, ScheduleStore, SqlScheduleStore, check_at_head
+from tunehub.db import (
+    QueueFull,
+    ScheduleStore,
+    SqlScheduleStore,
+    StoreUnavailable,
+    check_at_head,
+)
 from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.registry import TEMPLATES, get_template
 from tunehub.service import dashboard
@@ -35,6 +41,7 @@ from tunehub.service.runner import JobRunner
 from tunehub.service.schemas import HealthOut
 from tunehub.service.security import BodyLimit, CrossSiteCheck, HostCheck, SecurityHeaders
 from tunehub.service.settings import Settings
+from tunehub.service.store_health import RETRY_AFTER_SECS, StoreHealth
 from tunehub.tuner.lookup import NeighbourIndex
 from tunehub.workers.base import Measurer
 from tunehub.workers.local import LocalMeasurer
@@ -166,6 +173,7 @@ def create_app(
             app.state.store = SqlScheduleStore(url)
         else:
             app.state.store = store
+        app.state.store_health = StoreHealth(app.state.store)
         # Stored once here, so lookups (the compilers' hot path) never write.
         app.state.store.put_target(local_cpu_target())
         app.state.local_targets = {LOCAL_CPU: local_cpu_target()}
@@ -294,21 +302,45 @@ def create_app(
             headers={"Retry-After": "60"},
         )
 
+    def store_away(request: Request, reason: str) -> JSONResponse:
+        # Every route's answer while the store cannot answer, in this one place: 503 with when
+        # to try again, and health degraded at once (not at the runner's next heartbeat).
+        health: StoreHealth | None = getattr(request.app.state, "store_health", None)
+        if health is not None:
+            health.failed(reason)
+        return JSONResponse(
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            content={"detail": f"the database cannot answer now: {printable(reason)[:200]}"},
+            headers={"Retry-After": str(RETRY_AFTER_SECS)},
+        )
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        return store_away(request, str(exc).removeprefix("the database is unreachable: "))
+
     @app.exception_handler(DBAPIError)
     async def database_error(request: Request, exc: DBAPIError) -> JSONResponse:
         # The database is down, read-only or full: the service's trouble, said plainly; the
         # statement and its traceback go to the log only.
-        log.error("database error on %s %s: %s", request.method, request.url.path, exc)
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        if isinstance(exc, OperationalError | InterfaceError):
+            return store_away(request, reason)
+        log.error("database error on %s %s: %s", request.method, request.url.path, exc)
         return JSONResponse(
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
             content={"detail": f"the database cannot answer now: {printable(reason)[:200]}"},
+            headers={"Retry-After": str(RETRY_AFTER_SECS)},
         )
 
     @app.get("/healthz", response_model=HealthOut, operation_id="health", tags=["health"])
     def health(request: Request) -> HealthOut:
         runner: JobRunner | None = request.app.state.runner
         problems = runner.problems if runner is not None else []
+        # The store itself, as requests see it: checked here too, so health is right with no
+        # job running (the runner's heartbeat only sees its own writes).
+        store_problem = request.app.state.store_health.problem()
+        if store_problem is not None and not any(p.startswith("database") for p in problems):
+            problems = [*problems, f"database: {store_problem}"]
         return HealthOut(
             status="degraded" if problems else "ok",
             problems=problems,

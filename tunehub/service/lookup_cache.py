@@ -38,6 +38,7 @@ from fastapi import Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tunehub.core import ApiKey
+from tunehub.core.damped import DampedLog
 from tunehub.db.common import ChangeMark, LookupChanges
 from tunehub.db.store import ScheduleStore
 from tunehub.service.auth import KEY_STATE
@@ -107,6 +108,7 @@ class LookupCache:
         self._on_changes: list[Callable[[frozenset[str] | None], object]] = []
         self.hits = 0
         self.misses = 0
+        self._feed_warning = DampedLog(log)
 
     # --- lifecycle -------------------------------------------------------------------------
     @property
@@ -146,7 +148,10 @@ class LookupCache:
             try:
                 self.refresh()
             except Exception as exc:  # the database is away: answers go stale, then unused
-                log.warning("lookup cache: cannot read the change feed: %s", exc)
+                # Said once, then counted: this repeats every period for the whole outage.
+                self._feed_warning.warning("lookup cache: cannot read the change feed: %s", exc)
+            else:
+                self._feed_warning.clear("lookup cache: reading the change feed again")
 
     def refresh(self) -> LookupChanges | None:
         """Read the change feed once and forget what it names (the thread does this)."""

@@ -715,12 +715,14 @@ class TargetListOut(BaseModel):
 
 
 class HealthOut(BaseModel):
-    """Liveness, and whether this process's job runner can work."""
+    """Liveness, whether the store answers and whether this process's job runner can work."""
 
     status: Literal["ok", "degraded"] = Field(
-        description="`ok`; `degraded` while the job runner cannot work (its build dir cannot "
-        "take files, or the database takes no writes): it then claims no new job, and lookups "
-        "are still answered."
+        description="`ok`; `degraded` while the database takes no writes (checked by this "
+        "request at most once a second, and set at once by any request that got 503 for it) "
+        "or the job runner cannot work (its build dir cannot take files): the runner then "
+        "claims no new job, and cached lookups are still answered. Back to `ok` by itself "
+        "once the database answers again."
     )
     problems: list[str] = Field(description="Why it is degraded; empty when `ok`.")
     version: str = Field(description="tunehub version.")
