@@ -150,3 +150,58 @@ def test_bad_uploads_are_422_naming_the_field(
     answer = client.put(f"/api/v1/autotune/{path_key}", json=payload, headers={"X-API-Key": key})
     assert answer.status_code == 422, answer.text
     assert answer.json()["detail"][0]["loc"] == loc
+
+
+def deep(levels: int) -> list[Any]:
+    top: list[Any] = []
+    inner = top
+    for _ in range(levels - 1):
+        inner.append([])
+        inner = inner[0]
+    return top
+
+
+@pytest.mark.parametrize(
+    ("doc", "loc"),
+    [
+        ({**key_doc(), "extra": deep(900)}, ["body", "key_doc", "extra"]),
+        (key_doc(kernel="tests.add\x00kernel"), ["body", "key_doc", "kernel", "name"]),
+        ({**key_doc(), "key": [4096, "torch.float16\x00"]}, ["body", "key_doc", "key", "1"]),
+        ({**key_doc(), "note": "x" * (600 * 1024)}, ["body", "key_doc"]),
+    ],
+    ids=["900-deep", "nul-in-kernel-name", "nul-in-key", "too-large"],
+)
+def test_an_upload_past_the_document_limits_is_422_and_its_key_stays_usable(
+    store: ScheduleStore, tmp_path: Path, doc: dict[str, Any], loc: list[Any]
+) -> None:
+    """Checked before it is stored, on every store (PostgreSQL refuses a NUL; a deep document
+    is stored but could never be answered), so a GET of the key says 404, never 500."""
+    settings = Settings(home=tmp_path, run_jobs=False, train_models=False, max_body_bytes=2 << 20)
+    app = create_app(settings, store=store)
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+        url = f"/api/v1/autotune/{sha256_key(doc)}"
+        answer = client.put(url, json=body(doc), headers={"X-API-Key": add_key(store)})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"][0]["loc"] == loc
+        assert client.get(url).status_code == 404
+        good = key_doc(kernel="tests.after")
+        assert client.put(f"/api/v1/autotune/{sha256_key(good)}", json=body(good),
+                          headers={"X-API-Key": add_key(store)}).status_code == 201  # fmt: skip
+
+
+def test_a_result_stored_before_the_limits_is_answered_as_absent(tmp_path: Path) -> None:
+    from sqlalchemy.orm import Session
+
+    from tunehub.db import SqlScheduleStore, upgrade
+    from tunehub.db.tables import AutotuneRow
+
+    url = f"sqlite:///{tmp_path / 'tunehub.db'}"
+    upgrade(url)
+    store = SqlScheduleStore(url)
+    doc = {**key_doc(), "extra": deep(900)}
+    with Session(store.engine) as session:  # as an older tunehub stored it
+        session.add(AutotuneRow(cache_key=sha256_key(doc), kernel="k", key_doc=doc, best_index=1,
+                                timings_ms=[[1.0], [1.0]], created_at=utc_now()))  # fmt: skip
+        session.commit()
+    assert store.get_autotune(sha256_key(doc)) is None
+    store.close()

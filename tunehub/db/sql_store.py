@@ -29,6 +29,7 @@ from tunehub.core import (
     Budget,
     Config,
     Confirmation,
+    InvalidSpec,
     Job,
     JobSpec,
     JobState,
@@ -1076,8 +1077,13 @@ class SqlScheduleStore(ScheduleStore):
     def get_autotune(self, cache_key: str) -> AutotuneResult | None:
         with session_scope(self._read) as session:
             row = session.get(AutotuneRow, cache_key)
-            if row is None:
-                return None
+            return None if row is None else self._autotune_of(row)
+
+    @staticmethod
+    def _autotune_of(row: AutotuneRow) -> AutotuneResult | None:
+        """The row's result, or None (logged) for one stored before the document's limits were
+        checked that breaks them: answered as absent (404), never as a server error."""
+        try:
             return AutotuneResult(
                 cache_key=row.cache_key,
                 key_doc=dict(row.key_doc),
@@ -1088,6 +1094,10 @@ class SqlScheduleStore(ScheduleStore):
                 created_at=row.created_at,
                 api_key_id=row.api_key_id,
             )
+        except (InvalidSpec, RecursionError, TypeError, ValueError) as exc:
+            log.warning("autotune result %s is unreadable, answered as absent: %s",
+                        row.cache_key, exc)  # fmt: skip
+            return None
 
     # --- helpers ---------------------------------------------------------------------------
     def _check_queue(
