@@ -62,7 +62,7 @@ step_check() {
 step_splitk() {
   # The one-kernel split-K (variant 'splitk'): (a) its part of the check matrix, in one
   # process with check's hang guard; (b) side by side with the two-kernel split-K, the best
-  # of a few non-split configs and cuBLAS on four long-K shapes (benchmarks/gpu_splitk.py:
+  # of a few non-split configs and cuBLAS on four long-K shapes (benchmarks/probes/gpu_splitk.py:
   # ~63 kernels compiled by a CPU pool first, graph replay, L2 flushed, 3 rounds). Each part
   # is capped so the step stays under 4 minutes.
   mkdir -p "$OUT/check_splitk"
@@ -73,7 +73,7 @@ step_splitk() {
   grep -v '^case' "$OUT/check_splitk/run.log" | tail -8
   tail -1 "$OUT/check_splitk/run.log"
   (cd "$OUT" && tar czf check_splitk.tgz check_splitk && rm -rf check_splitk)
-  timeout 130 python3 benchmarks/gpu_splitk.py --budget-secs 105 \
+  timeout 130 python3 benchmarks/probes/gpu_splitk.py --budget-secs 105 \
     --out "$OUT/gpu_splitk-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/splitk.log"
   echo "gpu_splitk rc=${PIPESTATUS[0]}"
 }
@@ -82,49 +82,49 @@ step_waves() {
   # The shapes whose tiles leave SMs idle, with configs the space leaves out (split-K past two
   # waves) and tiles that share an SM, beside the search's pick and cuBLAS (and its kernels).
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
-  timeout 420 python3 benchmarks/gpu_waves.py \
+  timeout 420 python3 benchmarks/probes/gpu_waves.py \
     --out "$OUT/gpu_waves-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/waves.log"
   echo "gpu_waves rc=${PIPESTATUS[0]}"
 }
 
 step_streamk() {
-  # Stream-K (benchmarks/gpu_streamk.py, its own kernel: not a variant of the template): its
+  # Stream-K (benchmarks/probes/gpu_streamk.py, its own kernel: not a variant of the template): its
   # timings beside the last search's pick and cuBLAS on the wave-quantised shapes, each
   # contender checked first; then Nsight Compute on two shapes.
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
-  timeout 330 python3 benchmarks/gpu_streamk.py --budget-secs 280 \
+  timeout 330 python3 benchmarks/probes/gpu_streamk.py --budget-secs 280 \
     --out "$OUT/gpu_streamk-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/streamk.log"
   echo "gpu_streamk rc=${PIPESTATUS[0]}"
   for s in 1536x1536x1536:bfloat16 1024x1024x1024:float16; do
-    timeout 200 python3 benchmarks/gpu_streamk.py --ncu "$s" --out-dir "$OUT" | tee -a "$OUT/streamk.log"
+    timeout 200 python3 benchmarks/probes/gpu_streamk.py --ncu "$s" --out-dir "$OUT" | tee -a "$OUT/streamk.log"
   done
 }
 
 step_tiles() {
-  # Chosen configs beside cuBLAS, no search (benchmarks/gpu_tiles.py; its default plan: the
+  # Chosen configs beside cuBLAS, no search (benchmarks/probes/gpu_tiles.py; its default plan: the
   # composite tiles of 'tma' on the wave-quantised shapes).
-  timeout 330 python3 benchmarks/gpu_tiles.py --budget-secs 280 ${TILES_ARGS:-} \
+  timeout 330 python3 benchmarks/probes/gpu_tiles.py --budget-secs 280 ${TILES_ARGS:-} \
     --out "$OUT/gpu_tiles-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/tiles.log"
   echo "gpu_tiles rc=${PIPESTATUS[0]}"
 }
 
 step_atomic() {
-  # Split-K whose partials meet by fp32 atomics (benchmarks/gpu_atomic.py: the template's
+  # Split-K whose partials meet by fp32 atomics (benchmarks/probes/gpu_atomic.py: the template's
   # splitk_atomic and the probe's TMA-loaded and tree kernels), beside splitk, the search's
   # pick and cuBLAS on the long-K shapes; then Nsight Compute on 256x256x65536.
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
-  timeout 330 python3 benchmarks/gpu_atomic.py \
+  timeout 330 python3 benchmarks/probes/gpu_atomic.py \
     --out "$OUT/gpu_atomic-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/atomic.log"
   echo "gpu_atomic rc=${PIPESTATUS[0]}"
-  timeout 200 python3 benchmarks/gpu_atomic.py \
+  timeout 200 python3 benchmarks/probes/gpu_atomic.py \
     --ncu "$OUT/gpu_atomic_ncu-$(date -u +%Y%m%dT%H%M%S).csv" | tee -a "$OUT/atomic.log"
 }
 
 step_padk() {
-  # PAD_K on the odd-K shapes (benchmarks/gpu_padk.py): the template's one padding launch, the
+  # PAD_K on the odd-K shapes (benchmarks/probes/gpu_padk.py): the template's one padding launch, the
   # two torch copies it replaced and a GEMM on operands padded once, beside cuBLAS; profiled.
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
-  timeout 330 python3 benchmarks/gpu_padk.py --budget-secs 280 \
+  timeout 330 python3 benchmarks/probes/gpu_padk.py --budget-secs 280 \
     --out "$OUT/gpu_padk-$(date -u +%Y%m%dT%H%M%S).json" 2>&1 | tee "$OUT/padk.log"
   echo "gpu_padk rc=${PIPESTATUS[0]}"
 }

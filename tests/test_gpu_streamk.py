@@ -1,4 +1,4 @@
-"""The stream-K probe's kernel (benchmarks/gpu_streamk.py), on the CPU through Triton's
+"""The stream-K probe's kernel (benchmarks/probes/gpu_streamk.py), on the CPU through Triton's
 interpreter: every way its schedule cuts the work gives the right product, the same bits
 again, and leaves its tile counters at zero. Its timings are the GPU's (``gpu_run.sh streamk``).
 """
@@ -19,6 +19,7 @@ triton = pytest.importorskip("triton", reason="triton is not installed (the gpu 
 triton.knobs.runtime.interpret = True
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks" / "probes"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 pytestmark = pytest.mark.filterwarnings(

@@ -299,7 +299,7 @@ def test_the_split_k_benchmark_plans_few_kernels_and_runs_under_the_interpreter(
     tmp_path: Path,
 ) -> None:
     # The GPU step (`gpu_run.sh splitk`) must stay within its minutes: a fixed, small plan.
-    script = str(REPO / "benchmarks" / "gpu_splitk.py")
+    script = str(REPO / "benchmarks" / "probes" / "gpu_splitk.py")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("TRITON_INTERPRET", None)
     plan = subprocess.run(

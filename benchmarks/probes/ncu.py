@@ -93,7 +93,7 @@ def summarize(text: str, want: tuple[str, ...] = WANT) -> None:
 
 
 if __name__ == "__main__":
-    # python3 benchmarks/ncu.py FILE.csv: summarise a CSV written earlier.
+    # python3 benchmarks/probes/ncu.py FILE.csv: summarise a CSV written earlier.
     for path in sys.argv[1:]:
         print(f"== {path}")
         summarize(Path(path).read_text())

@@ -17,9 +17,9 @@ replay, median) in alternating rounds (``gpu_splitk.run_shape``). Each ``streamk
 is also checked to give the same bits after every timed replay as on its first call, with its
 tile counters back at zero. Operands as the benchmark's: A row-major, B column-major.
 
-    PYTHONPATH=. python3 benchmarks/gpu_streamk.py --out "$OUT/gpu_streamk.json"
-    python3 benchmarks/gpu_streamk.py --dry-run          # the plan, no GPU needed
-    PYTHONPATH=. python3 benchmarks/gpu_streamk.py --ncu 1536x1536x1536:bfloat16 --out-dir $OUT
+    PYTHONPATH=. python3 benchmarks/probes/gpu_streamk.py --out "$OUT/gpu_streamk.json"
+    python3 benchmarks/probes/gpu_streamk.py --dry-run          # the plan, no GPU needed
+    python3 benchmarks/probes/gpu_streamk.py --ncu 1536x1536x1536:bfloat16 --out-dir $OUT
 
 ``--ncu`` runs ``NCU_CONFIGS`` on one shape under Nsight Compute (speed of light, launch,
 occupancy, memory, warp stalls) and writes its CSV and a summary to ``--out-dir``.
@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))  # the other probes
+sys.path.insert(0, str(HERE.parent))  # benchmarks/ (triton_kernel_check)
+sys.path.insert(0, str(HERE.parents[1]))  # the repository (tunehub)
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402

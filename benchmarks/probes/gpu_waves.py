@@ -15,8 +15,8 @@ on fresh inputs into a NaN-poisoned C, then timed by tunehub's policy
 (``tunehub.kernels.gpu_timing``: L2 flushed before every repeat, CUDA-graph replay, median) in
 alternating rounds. Prints a table (TFLOP/s, x cuBLAS, x the search's pick) and writes JSON.
 
-    PYTHONPATH=. python3 benchmarks/gpu_waves.py --out "$OUT/gpu_waves.json"
-    python3 benchmarks/gpu_waves.py --dry-run          # the plan (and which configs the space has)
+    PYTHONPATH=. python3 benchmarks/probes/gpu_waves.py --out "$OUT/gpu_waves.json"
+    python3 benchmarks/probes/gpu_waves.py --dry-run   # the plan (and which configs the space has)
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))  # the other probes
+sys.path.insert(0, str(HERE.parent))  # benchmarks/ (triton_kernel_check)
+sys.path.insert(0, str(ROOT))  # the repository (tunehub)
 
 from cpu_gemm import git_commit  # noqa: E402
 from gpu_splitk import Contender as ProbeContender  # noqa: E402

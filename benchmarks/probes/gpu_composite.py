@@ -1,7 +1,7 @@
 """Probe: composite tiles (a tile edge that is the sum of two powers of two, such as 192 = 128 +
 64 or 80 = 64 + 16) on the shapes whose power-of-two tiles leave the H100's SMs idle.
 
-``benchmarks/gpu_waves.py`` showed (H100, 2026-11-25) that cuBLAS answers these shapes with
+``benchmarks/probes/gpu_waves.py`` showed (H100, 2026-11-25) that cuBLAS answers these shapes with
 tiles no power of two: 3000x1000x4000 with a 192x128 tile (16x8 = 128 tiles for 132 SMs, where
 tunehub's 128x256 makes 96), 1536^3 bf16 with 144x128 (132 tiles), 127x5000x2048 with 64x80
 (126 tiles). Triton's blocks must be powers of two, but a program can hold two accumulators:
@@ -14,8 +14,8 @@ pick, the same kernel on power-of-two tiles and cuBLAS, by tunehub's policy
 (``tunehub.kernels.gpu_timing``: L2 flushed before each repeat, CUDA-graph replay, median) in
 alternating rounds, after a check against a float64 reference into a NaN-poisoned C.
 
-    PYTHONPATH=. python3 benchmarks/gpu_composite.py --out "$OUT/gpu_composite.json"
-    TRITON_INTERPRET=1 python3 benchmarks/gpu_composite.py --interpret   # CPU correctness
+    PYTHONPATH=. python3 benchmarks/probes/gpu_composite.py --out "$OUT/gpu_composite.json"
+    TRITON_INTERPRET=1 python3 benchmarks/probes/gpu_composite.py --interpret   # CPU correctness
 """
 
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"
@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))  # the other probes
+sys.path.insert(0, str(HERE.parent))  # benchmarks/ (triton_kernel_check)
+sys.path.insert(0, str(ROOT))  # the repository (tunehub)
 
 if "--interpret" in sys.argv:
     os.environ["TRITON_INTERPRET"] = "1"

@@ -2,8 +2,8 @@
 
 Run on the GPU machine from the repository root (one call does every step)::
 
-    PYTHONPATH=. python3 benchmarks/gpu_profile.py --out "$OUT"            # all shapes
-    PYTHONPATH=. python3 benchmarks/gpu_profile.py --out "$OUT" --case 1024x1024x1024
+    PYTHONPATH=. python3 benchmarks/probes/gpu_profile.py --out "$OUT"            # all shapes
+    PYTHONPATH=. python3 benchmarks/probes/gpu_profile.py --out "$OUT" --case 1024x1024x1024
 
 Per shape (float16, A row-major, B column-major as an nn.Linear weight): compiles ``a @ b``
 with ``torch.compile(mode="max-autotune-no-cudagraphs")`` (Inductor prints its autotuning
@@ -35,8 +35,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # ncu
 
 import torch  # noqa: E402
 import triton  # noqa: E402

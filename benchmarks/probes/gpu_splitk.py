@@ -10,9 +10,9 @@ alternating rounds. Each ``splitk`` contender is also checked to give the same b
 last call, after every timed replay, as on its first, with its tile counters back at zero.
 Prints a table and writes JSON with the GPU, driver and versions.
 
-    PYTHONPATH=. python3 benchmarks/gpu_splitk.py --out "$OUT/gpu_splitk.json"
-    python3 benchmarks/gpu_splitk.py --dry-run                  # the plan, no torch needed
-    python3 benchmarks/gpu_splitk.py --interpret --out x.json   # CPU, Triton's interpreter
+    PYTHONPATH=. python3 benchmarks/probes/gpu_splitk.py --out "$OUT/gpu_splitk.json"
+    python3 benchmarks/probes/gpu_splitk.py --dry-run                  # the plan, no torch needed
+    python3 benchmarks/probes/gpu_splitk.py --interpret --out x.json   # CPU, Triton's interpreter
 
 Shapes (float16, A row-major, B column-major as a linear layer's weight, no epilogue):
 256x256x65536, 128x128x32768, 512x512x16384, 64x4096x8192; ``--shape MxNxK`` replaces them.
@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))  # the other probes
+sys.path.insert(0, str(HERE.parent))  # benchmarks/ (triton_kernel_check)
+sys.path.insert(0, str(ROOT))  # the repository (tunehub)
 
 SHAPES = [(256, 256, 65536), (128, 128, 32768), (512, 512, 16384), (64, 4096, 8192)]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): 64x64x128 s5 led split-K at

@@ -8,8 +8,8 @@ L2 flushed before each repeat, CUDA-graph replay, median) in alternating rounds
 composite tile and the search's last picks on the shapes whose power-of-two tiles leave SMs
 idle.
 
-    PYTHONPATH=. python3 benchmarks/gpu_tiles.py --out "$OUT/gpu_tiles.json"
-    python3 benchmarks/gpu_tiles.py --shape 3000x1000x4000:float16 \\
+    PYTHONPATH=. python3 benchmarks/probes/gpu_tiles.py --out "$OUT/gpu_tiles.json"
+    python3 benchmarks/probes/gpu_tiles.py --shape 3000x1000x4000:float16 \\
         --config "tma 192x128x64 w4 s4 g8" --dry-run
 """
 
@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))  # the other probes
+sys.path.insert(0, str(HERE.parent))  # benchmarks/ (triton_kernel_check)
+sys.path.insert(0, str(HERE.parents[1]))  # the repository (tunehub)
 
 from gpu_splitk import (  # noqa: E402
     Contender,

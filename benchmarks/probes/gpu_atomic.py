@@ -22,8 +22,8 @@ a float64 reference into a NaN-poisoned C, then timed by tunehub's policy (L2 fl
 graph replay, median) in alternating rounds (``gpu_splitk.run_shape``), and after every replay
 its counters and accumulator are checked to be back at zero. A row-major, B column-major.
 
-    PYTHONPATH=. python3 benchmarks/gpu_atomic.py --out "$OUT/gpu_atomic.json"
-    python3 benchmarks/gpu_atomic.py --dry-run
+    PYTHONPATH=. python3 benchmarks/probes/gpu_atomic.py --out "$OUT/gpu_atomic.json"
+    python3 benchmarks/probes/gpu_atomic.py --dry-run
 """
 
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"
@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))  # the other probes
+sys.path.insert(0, str(HERE.parent))  # benchmarks/ (triton_kernel_check)
+sys.path.insert(0, str(HERE.parents[1]))  # the repository (tunehub)
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402

@@ -17,8 +17,8 @@ median) in alternating rounds (``gpu_splitk.run_shape``):
 Then ``torch.profiler`` over eager calls of ``fused`` and ``copies`` with the first config:
 kernels a call and their device time each.
 
-    PYTHONPATH=. python3 benchmarks/gpu_padk.py --out "$OUT/gpu_padk.json"
-    python3 benchmarks/gpu_padk.py --dry-run
+    PYTHONPATH=. python3 benchmarks/probes/gpu_padk.py --out "$OUT/gpu_padk.json"
+    python3 benchmarks/probes/gpu_padk.py --dry-run
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))  # the other probes
+sys.path.insert(0, str(HERE.parent))  # benchmarks/ (triton_kernel_check)
+sys.path.insert(0, str(HERE.parents[1]))  # the repository (tunehub)
 
 from gpu_splitk import (  # noqa: E402
     Contender,
