@@ -85,9 +85,24 @@ def test_serve_refuses_a_database_at_another_revision(tmp_path: Path) -> None:
     tunehub(tmp_path, "db", "upgrade")
     with sqlite3.connect(tmp_path / "tunehub.db") as conn:
         conn.execute("UPDATE alembic_version SET version_num = 'f00dfeed0000'")
-    proc = tunehub(tmp_path, "serve", "--port", "1", check=False)
+    proc = tunehub(tmp_path, "serve", "--port", "0", check=False)
     assert proc.returncode == 1
     assert "tunehub db upgrade" in proc.stderr
+
+
+def test_serve_on_a_busy_port_says_so_before_it_starts_anything(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = tunehub(tmp_path, "serve", "--port", str(port), check=False)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert f"port {port} on 127.0.0.1 is in use" in lines[0] and "--port" in lines[0], lines
+    assert not (tmp_path / "tunehub.db").exists()  # no database opened, no worker registered
 
 
 def test_jobs_over_http(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -223,10 +224,11 @@ def serve(
 ) -> None:
     """Start the API, the dashboard and the job runner.
 
-    First it checks what it needs and says what to do when something is wrong: the data dir
-    (and, with the runner, its build dir) must be writable, the database reachable and at
-    this tunehub's schema. A new database is created at the current schema; an older one is
-    refused until you run `tunehub db upgrade`.
+    First it checks what it needs and says what to do when something is wrong: the port must
+    be free (checked before anything starts), the data dir (and, with the runner, its build
+    dir) must be writable, the database reachable and at this tunehub's schema. A new
+    database is created at the current schema; an older one is refused until you run
+    `tunehub db upgrade`.
     """
     import uvicorn
 
@@ -235,6 +237,13 @@ def serve(
     from tunehub.service.app import create_app
 
     settings = _settings()
+    host = host or settings.host
+    port = settings.port if port is None else port
+    # Before anything starts: uvicorn runs the app's startup (the job runner, its workers'
+    # registration) before it binds, so a busy port would fail only after all of that.
+    problem = port_problem(host, port)
+    if problem is not None:
+        _fail(problem)
     _home(settings)
     if ray_address is not None:
         settings.ray_address = ray_address
@@ -257,8 +266,6 @@ def serve(
         _fail(database_problem(url, exc))
     finally:
         store.close()
-    host = host or settings.host
-    port = settings.port if port is None else port
     if host not in ("0.0.0.0", "::", "") and "*" not in settings.allowed_hosts:
         settings.allowed_hosts = [*settings.allowed_hosts, host]  # its own address is served
     logging.getLogger("tunehub").setLevel(logging.INFO)
@@ -300,6 +307,34 @@ def serve(
         timeout_keep_alive=5,
         limit_concurrency=settings.max_connections,
     )
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """One line saying why ``tunehub serve`` cannot listen on ``host``:``port`` and what to do,
+    or None. Binds as uvicorn will (``SO_REUSEADDR``) and lets go at once."""
+    import socket
+
+    if port == 0:
+        return None  # any free port
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)  # fmt: skip
+    except OSError as exc:
+        return f"cannot listen on {host}:{port}: {exc}; pass another --host"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            fix = "pass another --port (or TUNEHUB_PORT)"
+            if exc.errno == errno.EADDRINUSE:
+                return (f"port {port} on {host} is in use (another tunehub serve?): stop what "
+                        f"listens there, or {fix}")  # fmt: skip
+            if exc.errno == errno.EACCES:
+                return f"port {port} on {host} needs privileges to listen on: {fix} above 1023"
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}; {fix} or --host"
+    return None
 
 
 def _ray_or_fail() -> None:
