@@ -173,18 +173,22 @@ def check_routes_during_outage(server: LiveServer, job_id: int) -> dict[str, int
     return codes
 
 
-def submit_and_finish(server: LiveServer, secs: float) -> dict[str, Any]:
+def submit(server: LiveServer, trials: int) -> int:
     body = {
-        "workload": {"op": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "float32"},
+        "workload": {"op": "matmul", "m": 8, "n": 8, "k": 8 + trials, "dtype": "float32"},
         "template": "test.pipeline",
-        "budget": {"max_trials": 3, "max_secs": 60},
+        "budget": {"max_trials": trials, "max_secs": 60},
     }
+    response = httpx.post(f"{server.url}/api/v1/jobs", json=body,
+                          headers={"X-API-Key": server.key}, timeout=30)  # fmt: skip
+    assert response.status_code == 202, response.text
+    return int(response.json()["id"])
+
+
+def finish(server: LiveServer, job_id: int, secs: float) -> dict[str, Any]:
     headers = {"X-API-Key": server.key}
+    job: dict[str, Any] = {}
     with httpx.Client(base_url=server.url, headers=headers, timeout=30) as http:
-        response = http.post("/api/v1/jobs", json=body)
-        assert response.status_code == 202, response.text
-        job_id = response.json()["id"]
-        job: dict[str, Any] = {}
 
         def finished() -> bool:
             nonlocal job
@@ -192,13 +196,20 @@ def submit_and_finish(server: LiveServer, secs: float) -> dict[str, Any]:
             return job["state"] in ("succeeded", "failed", "cancelled")
 
         wait_until(finished, secs, f"job {job_id} finished\n{server.logs()}")
-        return job
+        job["records"] = http.get(f"/api/v1/jobs/{job_id}/records").json()["items"]
+    return job
+
+
+def job_progress(server: LiveServer, job_id: int) -> int:
+    response = httpx.get(f"{server.url}/api/v1/jobs/{job_id}",
+                         headers={"X-API-Key": server.key}, timeout=10)  # fmt: skip
+    return int(response.json()["trials_done"]) if response.status_code == 200 else -1
 
 
 FAST_SERVER = {
     "TUNEHUB_LOOKUP_REFRESH_SECS": "0.25",
-    "TUNEHUB_TEST_BUILD_SECS": "0.01",
-    "TUNEHUB_TEST_RUN_SECS": "0.01",
+    "TUNEHUB_TEST_BUILD_SECS": "0.02",
+    "TUNEHUB_TEST_RUN_SECS": "0.08",
 }
 
 
@@ -262,11 +273,15 @@ def own_postgres() -> Iterator[OwnPostgres]:
 def outage_and_recovery(
     server: LiveServer, go_away: Callable[[], None], come_back: Callable[[], None]
 ) -> None:
-    """The checks both stores share: routes during the outage, health, recovery, a new job."""
+    """The checks both stores share: routes during the outage, health, recovery, a job that
+    ran through the outage and one submitted after it."""
     headers = {"X-API-Key": server.key}
-    first = submit_and_finish(server, 40)
+    first = finish(server, submit(server, 3), 40)
     assert first["state"] == "succeeded", first
     assert httpx.get(f"{server.url}{LOOKUP}", headers=headers, timeout=10).status_code == 200
+    trials = 40
+    through = submit(server, trials)
+    wait_until(lambda: job_progress(server, through) >= 2, 30, "the second job runs")
     go_away()
     try:
         codes = check_routes_during_outage(server, first["id"])
@@ -278,9 +293,16 @@ def outage_and_recovery(
     finally:
         come_back()
     took = wait_until(lambda: health_of(server) == "ok", 10, f"health ok\n{server.logs()}")
-    logging.getLogger(__name__).info("health ok %.1f s after the store came back", took)
-    after = submit_and_finish(server, 40)
+    logging.getLogger(__name__).info("health ok %.1f s after the store came back; the job "
+                                     "running through it: %d trials", took,
+                                     job_progress(server, through))  # fmt: skip
+    after = finish(server, submit(server, 3), 40)
     assert after["state"] == "succeeded", (after, server.logs())
+    # The job that ran through the outage stored every trial once.
+    done = finish(server, through, 60)
+    assert done["state"] == "succeeded", (done, server.logs())
+    configs = [r["config"]["i"] for r in done["records"]]
+    assert done["trials_done"] == trials == len(configs) == len(set(configs)), done
     logs = server.logs()
     assert "Exception in ASGI application" not in logs, logs
     assert logs.count("cannot read the change feed") <= 2, logs
