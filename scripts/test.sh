@@ -8,4 +8,6 @@ bash scripts/install-browser.sh
 .venv/bin/ruff check tunehub tests benchmarks
 .venv/bin/ruff format --check tunehub tests benchmarks
 .venv/bin/mypy
-.venv/bin/pytest "$@"
+# Two workers (pyproject's addopts; -n 0 runs in one process); a line per test as it ends, so a
+# CI log never goes quiet for long; the slowest tests at the end, to see where the time goes.
+.venv/bin/pytest -v --durations=20 "$@"
