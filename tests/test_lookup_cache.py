@@ -19,6 +19,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+import tunehub.db.common
+import tunehub.db.memory_store
+import tunehub.db.sql_store
 from tunehub.core import (
     Config,
     JobSpec,
@@ -92,14 +95,24 @@ def test_change_feed_names_the_workloads_models_and_keys_that_changed(
     assert not store.lookup_changes(revoked.mark).any
 
 
-def test_change_feed_gives_up_listing_past_its_limit(store: ScheduleStore) -> None:
+def test_change_feed_gives_up_listing_past_its_limit(
+    store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert CHANGE_LOOKBACK_IDS < CHANGE_MAX_LISTED
+    # The same limits, scaled down: past 10,000 workloads took the stores half a minute each.
+    lookback, listed = 10, 40
+    for module in (tunehub.db.common, tunehub.db.memory_store, tunehub.db.sql_store):
+        monkeypatch.setattr(module, "CHANGE_LOOKBACK_IDS", lookback)
+        monkeypatch.setattr(module, "CHANGE_MAX_LISTED", listed)
     local = local_cpu_target()
     store.put_target(local)
     start = store.lookup_changes()
-    shapes = [Workload(m=8, n=8, k=k) for k in range(1, CHANGE_MAX_LISTED + 3)]
+    store.commit_records([record(local, Workload(m=8, n=8, k=k), 4, 1e-3) for k in (1, 2)])
+    assert len(store.lookup_changes(start.mark).workload_keys or ()) == 2  # listed below it
+    start = store.lookup_changes()
+    shapes = [Workload(m=8, n=8, k=k) for k in range(3, listed + 5)]
     store.commit_records([record(local, w, 4, 1e-3) for w in shapes])
     assert store.lookup_changes(start.mark).workload_keys is None
-    assert CHANGE_LOOKBACK_IDS < CHANGE_MAX_LISTED
 
 
 # --- the cache in the app ---------------------------------------------------------------
