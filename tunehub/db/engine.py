@@ -81,24 +81,27 @@ def make_engine(url: str | URL, *, echo: bool = False) -> Engine:
     ``?timeout=SECS``. An in-memory SQLite database uses one shared connection and suits only
     single-threaded tests. PostgreSQL URLs use psycopg 3.
 
-    Faults: connections are checked before use (``pool_pre_ping``) and a disconnect discards
-    every connection opened before it; on SQLite a read-only or I/O error counts as one, since
-    a connection opened while its file could not be written stays read-only for its life.
+    Faults: PostgreSQL connections are checked before use (``pool_pre_ping``), and a
+    disconnect discards every connection opened before it; on SQLite a read-only or I/O error
+    counts as one, since a connection opened while its file could not be written stays
+    read-only for its life.
 
     >>> make_engine("sqlite://").dialect.name
     'sqlite'
     """
     parsed = normalize_url(url)
-    kwargs: dict[str, Any] = {"echo": echo, "pool_pre_ping": True}
+    kwargs: dict[str, Any] = {"echo": echo}
     busy_ms = SQLITE_BUSY_TIMEOUT_MS
     if parsed.get_backend_name() == "sqlite":
+        # No pre-ping: a SQLite connection cannot drop; the errors that spoil one are handled
+        # by _configure_sqlite, and lookups that miss the cache do not pay a SELECT 1 each.
         if "timeout" in parsed.query:
             busy_ms = round(float(str(parsed.query["timeout"])) * 1000)
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_ms / 1000}
         if _is_sqlite_memory(parsed):
             kwargs["poolclass"] = StaticPool
-            kwargs["pool_pre_ping"] = False  # one connection for the database's life
     else:
+        kwargs["pool_pre_ping"] = True
         if "connect_timeout" not in parsed.query:
             # A database host that drops packets must not hold a caller for the OS's minutes:
             # the runner counts an outage from failed attempts (TUNEHUB_DB_OUTAGE_SECS).
