@@ -67,6 +67,8 @@ def test_threads_that_waited_for_a_cpu_disturb_a_timing_on_every_core() -> None:
     # The power cap alone is the kernel's own doing; no machine state: nothing to judge.
     assert disturbance(ok(1.0, machine(0.0, gpu_after={"clock_reasons": ["sw_power_cap"]}))) is None
     assert disturbance(ok(1.0, {})) is None
+    # Watched only around a whole run (a template that does not watch its timing): recorded.
+    assert disturbance(ok(1.0, machine(0.9, scope="run"))) is None
 
 
 def test_where_each_repeat_is_known_the_median_must_be_a_clean_repeats() -> None:

@@ -1,7 +1,8 @@
 """The trust guard: whether a timing is stored as the config's speed, re-measured later, or noisy.
 
 Every timing carries the machine's state around it (``environment["machine"]``, see
-``tunehub.kernels.machine``). The guard judges each attempt twice:
+``tunehub.kernels.machine``; a template that does not watch its timed region gets its whole run
+watched, ``scope: run``, which is recorded but not judged). The guard judges each attempt twice:
 
 - *disturbed*: the machine says the timing is not the config's speed. On a 2-core VM a
   2-thread blis.gemm beside one busy process ran at 0.9-3.6 GFLOP/s where it runs at 180-200,
@@ -73,7 +74,9 @@ def disturbance(result: MeasureResult, policy: GuardPolicy | None = None) -> str
     the result records no machine state)."""
     policy = policy or GuardPolicy()
     machine = result.environment.get("machine")
-    if not isinstance(machine, Mapping):
+    if not isinstance(machine, Mapping) or machine.get("scope") == "run":
+        # None recorded; or only around the whole run (a template that does not watch its
+        # timed region): its reference check and set-up would be judged with the timing.
         return None
     reasons = []
     cores = len(machine.get("cores") or ()) or 1
