@@ -344,6 +344,9 @@ def test_a_killed_service_s_actors_stop_and_its_restart_resumes_the_job(
         TUNEHUB_MIN_REPEAT_SECS="0.01",
         TUNEHUB_MAX_REPEATS="5",
         TUNEHUB_TRAIN_MODELS="false",
+        # The restarted service resumes the job once the killed one's lease has expired: a
+        # short lease keeps the test short (the default is 30 s), as in test_e2e.py.
+        TUNEHUB_LEASE_SECS="4",
     )
     store = SqlScheduleStore(f"sqlite:///{home / 'tunehub.db'}")
     try:
