@@ -1,0 +1,189 @@
+"""What every command shares: settings, the data dir, the store, a workload's options, and
+one-line errors (``fail``) that say what is wrong and what to do."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NoReturn
+
+import click
+
+from tunehub.core import InvalidSpec, Workload
+from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS
+
+
+def load_settings() -> Any:
+    """The service's settings; a malformed TUNEHUB_* variable is a one-line error."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    from tunehub.service.settings import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "TUNEHUB_" + ".".join(str(p) for p in first["loc"]).upper()
+        fail(f"{name}: {first['msg']} (got {str(first.get('input'))[:80]!r})")
+    except SettingsError as exc:
+        fail(f"settings: {exc}")
+
+
+def fail(message: str) -> NoReturn:
+    raise click.ClickException(message)
+
+
+def data_home(settings: Any) -> Any:
+    """The data dir, created if missing; a one-line error when it cannot be made or written."""
+    from tunehub.kernels.build import dir_problem
+
+    problem = dir_problem(settings.home)
+    if problem is not None:
+        fail(
+            f"TUNEHUB_HOME: {problem}; make it writable or point TUNEHUB_HOME at a "
+            "writable directory"
+        )
+    return settings.home
+
+
+def make_workload(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    epilogue: str,
+    a_layout: str = "row_major",
+    b_layout: str = "row_major",
+    allow_tf32: bool = False,
+) -> Workload:
+    try:
+        return Workload(
+            m=m,
+            n=n,
+            k=k,
+            dtype=dtype,
+            epilogue=epilogue,
+            a_layout=a_layout,
+            b_layout=b_layout,
+            allow_tf32=allow_tf32,
+        )
+    except InvalidSpec as exc:
+        raise click.BadParameter(
+            exc.reason, param_hint=f"--{exc.field.replace('_', '-')}"
+        ) from None
+
+
+def workload_options(func: Any) -> Any:
+    """The options that describe a workload besides its shape."""
+    options = [
+        click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True),
+        click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True),
+        click.option(
+            "--a-layout", type=click.Choice(LAYOUTS), default="row_major", show_default=True
+        ),
+        click.option(
+            "--b-layout",
+            type=click.Choice(LAYOUTS),
+            default="row_major",
+            show_default=True,
+            help="col_major: B is stored as a row-major N x K matrix (a linear layer's weight).",
+        ),
+        click.option("--allow-tf32", is_flag=True, help="float32: allow TensorFloat-32 products."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def open_store(url: str, *, init: bool) -> Any:
+    """Open the store at ``url``; a brand-new database is created at head when ``init``.
+
+    Every way this can fail (an unreachable or unwritable database, a schema at another
+    revision, tables that no tunehub migration made) is a one-line error saying what to do.
+    """
+    from tunehub.db import SchemaOutOfDate, SqlScheduleStore, check_at_head
+    from tunehub.db import upgrade as db_upgrade
+
+    try:
+        state = database_state(url)
+        if state == "foreign":
+            fail(database_problem(url, RuntimeError("tables but no revision")))
+        if init and state == "empty":
+            db_upgrade(url)
+        check_at_head(url)
+        return SqlScheduleStore(url)
+    except SchemaOutOfDate as exc:
+        fail(str(exc))
+    except click.ClickException:
+        raise
+    except Exception as exc:
+        fail(database_problem(url, exc))
+
+
+def database_state(url: str) -> str:
+    """``empty`` (no tables at all), ``migrated`` (an Alembic revision), or ``foreign``
+    (tables but no revision: made outside tunehub's migrations, or its revision was lost)."""
+    from sqlalchemy import inspect
+
+    from tunehub.db import current_revision, make_engine
+
+    if current_revision(url) is not None:
+        return "migrated"
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+    return "foreign" if tables else "empty"
+
+
+def database_problem(url: str, exc: BaseException) -> str:
+    """One line saying why the database at ``url`` cannot be used, and what to do."""
+    from sqlalchemy.exc import DBAPIError
+
+    from tunehub.db.engine import safe_url
+
+    where = f"database {safe_url(url)}"
+    if str(exc) == "tables but no revision" or (
+        isinstance(exc, DBAPIError) and "already exists" in str(exc.orig)
+    ):
+        return (
+            f"{where} has tables but no tunehub schema revision: tunehub did not create "
+            "it (or its alembic_version table was lost); use an empty database, or "
+            "restore alembic_version"
+        )
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        reason = " ".join(str(exc.orig).split())[:300]
+        if database_state_safe(url) == "foreign":
+            return (
+                f"{where} has tables but no tunehub schema revision: tunehub did not create "
+                "it (or its alembic_version table was lost); use an empty database, or "
+                "restore alembic_version"
+            )
+        if "readonly" in reason or "read-only" in reason:
+            return f"{where} is read-only ({reason}); tunehub needs to write to it"
+        return (
+            f"{where} cannot be used: {reason}; check TUNEHUB_DATABASE_URL and that the "
+            "server is up and reachable"
+        )
+    return f"{where} cannot be used: {type(exc).__name__}: {exc}"
+
+
+def database_state_safe(url: str) -> str | None:
+    try:
+        return database_state(url)
+    except Exception:
+        return None
+
+
+def store_url() -> str:
+    """The database URL of the settings (the data dir checked first)."""
+    settings = load_settings()
+    data_home(settings)
+    url: str = settings.resolved_database_url()
+    return url
+
+
+def server_url(url: str | None) -> str | None:
+    return url or os.environ.get("TUNEHUB_URL")
