@@ -5,6 +5,7 @@ ETag-answering loopback server, and several processes sharing one disk cache."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -525,3 +526,34 @@ def test_offline_client_is_fast_and_never_connects(tmp_path: Path, no_default_cl
     with pytest.raises(ConnectionError):
         client._submit(("k",), lambda: None)
     client.close()
+
+
+def test_an_unwritable_cache_dir_is_warned_once_then_counted_each_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cache directory that cannot be written (here a file stands where it should be, which
+    even root cannot write into) costs one warning, not one per shape: then a count a minute,
+    and a line when it can be written again."""
+    blocked = tmp_path / "cache"
+    blocked.write_text("not a directory")
+    with Loopback(lambda h: reply(h, 200, SCHEDULE)) as service:
+        client = ScheduleClient(service.url, cache_dir=blocked, deadline_secs=5, ttl_secs=0)
+        disk = client._disk
+        assert disk is not None
+        now = [0.0]
+        disk.write_warning.clock = lambda: now[0]
+        with caplog.at_level(logging.WARNING, logger="tunehub.client.cache"):
+            for i in range(30):
+                assert client.best(shape(i)).config == SCHEDULE["config"]
+            said = [r.getMessage() for r in caplog.records]
+            assert len(said) == 1 and said[0].startswith("could not write the schedule cache")
+            now[0] = 61.0
+            client.best(shape(30))
+            said = [r.getMessage() for r in caplog.records]
+            assert len(said) == 2 and said[1].endswith("(30 times in the last 60 s)"), said
+            blocked.unlink()  # writable again: what was not said yet, and that it is over
+            client.best(shape(31))
+            said = [r.getMessage() for r in caplog.records][2:]
+            assert said == [f"the schedule cache {disk.dir} is writable again"], said
+        assert disk.get((workload_tuple(shape(31)), "local-cpu", None)) is not None
+        client.close()

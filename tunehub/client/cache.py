@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunehub.core.damped import DampedLog
+
 log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 1
@@ -52,11 +54,15 @@ class CachedLookup:
 
 
 class DiskCache:
-    """Cached lookups of one service (``scope``, e.g. its URL) under ``root``."""
+    """Cached lookups of one service (``scope``, e.g. its URL) under ``root``.
+
+    A directory that cannot be written (read-only, full, not a directory) is said once, then
+    counted once a minute while it lasts (``write_warning``), not once per shape."""
 
     def __init__(self, root: Path, scope: str) -> None:
         digest = hashlib.sha256(scope.encode()).hexdigest()[:16]
         self.dir = root / f"schedules-v{CACHE_FORMAT}" / digest
+        self.write_warning = DampedLog(log)
 
     def path(self, key: tuple[Any, ...]) -> Path:
         name = hashlib.sha256(_key_text(key).encode()).hexdigest()
@@ -96,7 +102,10 @@ class DiskCache:
                 os.unlink(tmp)
                 raise
         except OSError as exc:
-            log.warning("could not write the schedule cache %s: %s", path, exc)
+            self.write_warning.warning("could not write the schedule cache %s: %s", path, exc)
+        else:
+            if self.write_warning.active:
+                self.write_warning.clear("the schedule cache %s is writable again", self.dir)
 
 
 def _key_text(key: tuple[Any, ...]) -> str:

@@ -27,8 +27,12 @@ from typing import Any
 
 from tunehub.client import schedules
 from tunehub.core import Config, InvalidSpec, Target, Workload
+from tunehub.core.damped import DampedLog
 
 log = logging.getLogger(__name__)
+# A service that sends answers this client cannot use sends them for every shape: said once,
+# then counted once a minute.
+_unusable = DampedLog(log)
 
 URL_ENV = "TUNEHUB_URL"
 
@@ -175,7 +179,7 @@ class GemmChooser:
             try:
                 choice = _from_answer(answer, template)
             except (KeyError, TypeError, ValueError) as exc:
-                log.warning("tunehub: unusable answer for %s: %s", workload.label, exc)
+                _unusable.warning("tunehub: unusable answer for %s: %s", workload.label, exc)
             if choice is None:
                 choice = _local_default(workload, target, template)
             with self._lock:
@@ -217,7 +221,7 @@ class GemmChooser:
             try:
                 choice = _from_answer(answer, template)
             except (KeyError, TypeError, ValueError) as exc:
-                log.warning("tunehub: unusable answer for %s: %s", workload.label, exc)
+                _unusable.warning("tunehub: unusable answer for %s: %s", workload.label, exc)
             else:
                 if choice is not None:
                     return choice

@@ -42,9 +42,14 @@ from triton.runtime.autotuner import Autotuner as _TritonAutotuner
 
 from tunehub.client.gemm_choice import cache_dir
 from tunehub.client.schedules import DEFAULT_URL, OFFLINE_ENV, URL_ENV
+from tunehub.core.damped import DampedLog
 from tunehub.core.keys import sha256_key
 
 log = logging.getLogger(__name__)
+# Both repeat for every call (a key nothing can describe) or every upload (a service that
+# refuses them): said once, then counted once a minute.
+_no_key = DampedLog(log)
+_refused = DampedLog(log)
 
 API_KEY_ENV = "TUNEHUB_API_KEY"
 TIMEOUT_ENV = "TUNEHUB_AUTOTUNE_TIMEOUT_SECS"
@@ -241,7 +246,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             doc = self.key_document(tuple(tuning_key), configs)
             cache_key = sha256_key(doc)
         except Exception as exc:  # a key that cannot be described: tune as Triton would
-            log.warning("tunehub autotune: no cache key for %s: %s", self.base_fn.__name__, exc)
+            _no_key.warning("tunehub autotune: no cache key for %s: %s", self.base_fn.__name__, exc)
             self.sources["benchmark"] += 1
             bench_fn()
             return False
@@ -336,7 +341,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             log.info("tunehub autotune: upload failed (%s)", exc)
             return
         if response.status_code not in (200, 201):
-            log.warning(
+            _refused.warning(
                 "tunehub autotune: upload refused (%s): %s",
                 response.status_code,
                 response.text[:300],
