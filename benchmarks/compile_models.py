@@ -42,6 +42,9 @@ from typing import Any
 from local_service import REPO, local_service, lookup, machine, tune_shapes
 
 CONTENDERS = ("eager", "default", "max-autotune", "tunehub")
+# Also measured on request (--contenders): the backend with tunehub's own kernels on, as under
+# CUDA graphs; reported beside tunehub, never in its place.
+OPTIONAL_CONTENDERS = ("tunehub-kernels",)
 CASES = {
     "gpt2": {"b8": (8, 512), "b1": (1, 512)},
     "llama": {"prefill": (1, 2048), "decode": (16, 1)},
@@ -234,8 +237,13 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     torch._dynamo.reset()
     if contender == "eager":
         compiled = model
-    elif contender == "tunehub":
-        compiled = torch.compile(model, backend=_tunehub_backend(), dynamic=spec["dynamic"])
+    elif contender in ("tunehub", "tunehub-kernels"):
+        # tunehub-kernels: what mode="reduce-overhead" gives through the backend (tunehub's own
+        # kernels where they measured faster and Inductor's template cannot run them).
+        options = {"tunehub_kernels": True} if contender == "tunehub-kernels" else None
+        compiled = torch.compile(
+            model, backend=_tunehub_backend(), dynamic=spec["dynamic"], options=options
+        )
     else:
         mode = None if contender == "default" else "max-autotune-no-cudagraphs"
         compiled = torch.compile(model, mode=mode, dynamic=spec["dynamic"])
@@ -307,7 +315,7 @@ def _kernel_counts(code: str) -> dict[str, int]:
 
 
 def _with_kernels(result: dict[str, Any], contender: str) -> dict[str, Any]:
-    if contender == "tunehub":
+    if contender.startswith("tunehub"):
         from tunehub.client.gemm_choice import CALLS, CHOOSER
         from tunehub.client.inductor_gemm import DECISIONS
         from tunehub.client.torch_backend import PLANNED, REWRITES
@@ -464,13 +472,18 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for mode, field in (("launch", "launch_ms"), ("graphs", "graph_ms")):
             if not mine.get(field):
                 continue
-            ms = {c: ok[(model, case, c)].get(field) for c in CONTENDERS if (model, case, c) in ok}
+            names = CONTENDERS + OPTIONAL_CONTENDERS
+            ms = {c: ok[(model, case, c)].get(field) for c in names if (model, case, c) in ok}
             ms = {c: v for c, v in ms.items() if v}
             inductor = [ms[c] for c in ("default", "max-autotune") if c in ms]
             row: dict[str, Any] = {"ms": ms}
             if inductor:
                 row["tunehub_over_best_inductor"] = min(inductor) / ms["tunehub"]
                 ratios["best_inductor"].append(row["tunehub_over_best_inductor"])
+                if "tunehub-kernels" in ms:
+                    row["tunehub_kernels_over_best_inductor"] = (
+                        min(inductor) / ms["tunehub-kernels"]
+                    )
             if "default" in ms:
                 row["tunehub_over_default"] = ms["default"] / ms["tunehub"]
                 ratios["default"].append(row["tunehub_over_default"])
@@ -510,8 +523,9 @@ def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     print()
     for key, row in summary["rows"].items():
         parts = [f"{name} {row[name]:.3f}x" for name in
-                 ("tunehub_over_best_inductor", "tunehub_over_default", "tunehub_over_eager",
-                  "compile_over_default") if name in row]  # fmt: skip
+                 ("tunehub_over_best_inductor", "tunehub_kernels_over_best_inductor",
+                  "tunehub_over_default", "tunehub_over_eager", "compile_over_default")
+                 if name in row]  # fmt: skip
         print(f"{key:28s} " + ", ".join(parts))
     print(
         "geomean tunehub over the faster Inductor: "
@@ -575,6 +589,10 @@ def main() -> int:
     cases = [(m, c) for m in models for c in CASES[m] if not only or c in only]
     cases += [("gpt2", e) for e in args.extras.split(",") if e]
     contenders = [c for c in args.contenders.split(",") if c]
+    unknown = set(contenders) - set(CONTENDERS + OPTIONAL_CONTENDERS)
+    if unknown:
+        parser.error(f"unknown contender(s) {sorted(unknown)}: choose from "
+                     f"{', '.join(CONTENDERS + OPTIONAL_CONTENDERS)}")  # fmt: skip
     target = args.target or ("local-cpu" if device == "cpu" else "local-cuda:0")
     template = "blis.gemm" if device == "cpu" else "triton.gemm"
     results: dict[str, Any] = {
@@ -621,7 +639,7 @@ def main() -> int:
         for model, case in cases:
             batch, seq = case_shape(args, model, case)
             for contender in [c for _ in range(args.repeats) for c in contenders]:
-                if case in EXTRAS and contender in ("eager", "max-autotune"):
+                if case in EXTRAS and contender in ("eager", "max-autotune", "tunehub-kernels"):
                     continue  # the extras compare tunehub with Inductor's default
                 online = not (case == "offline" and contender == "tunehub")
                 env = {"TUNEHUB_URL": service.url if online else "",
