@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -29,7 +30,9 @@ def tunehub(home: Path, *args: str, check: bool = True) -> subprocess.CompletedP
 
 @pytest.mark.slow
 def test_tune_then_lookup_and_jobs(tmp_path: Path) -> None:
-    out = tunehub(tmp_path, "tune", "33", "17", "29", "--trials", "3", "--json")
+    out = tunehub(
+        tmp_path, "tune", "33", "17", "29", "--trials", "3", "--json", "--progress-every", "0"
+    )
     result = json.loads(out.stdout)
     assert result["trials"] == 3
     assert result["gflops"] > 0
@@ -39,7 +42,21 @@ def test_tune_then_lookup_and_jobs(tmp_path: Path) -> None:
         baseline["median_secs"] / result["median_secs"]
     )
     assert result["confirmed"] is True  # the winner was re-timed against the runners-up
-    assert "trials" in out.stderr  # the progress bar
+    # stderr is a pipe: progress is lines a log keeps (with no bound on their rate, one a
+    # trial), the best's template and knobs when it is new, the last trial's line at the end.
+    lines = out.stderr.splitlines()
+    shape = re.compile(
+        r"trial (\d)/3(?: \(.*\))?, (best ([\d.]+) GFLOP/s( \(.*\))?|no config .*), [\d.]+ s"
+    )
+    progress = [m for m in map(shape.fullmatch, lines) if m is not None]
+    done = [int(m[1]) for m in progress]
+    assert done == sorted(done) and {1, 2, 3} <= set(done), out.stderr
+    bests = [float(m[3]) for m in progress if m[3]]
+    assert bests == sorted(bests), "the best so far never drops"
+    first = next(m for m in progress if m[3])
+    assert re.fullmatch(r" \(blis\.gemm .*MR=\d+.*\)", first[4]), first[0]  # its knobs
+    last = lines.index(progress[-1][0])
+    assert progress[-1][1] == "3" and "re-timing the best" in lines[last + 1], out.stderr
     found = json.loads(tunehub(tmp_path, "lookup", "33", "17", "29").stdout)
     assert found["config"] == result["config"]
     assert found["source"] == "exact"

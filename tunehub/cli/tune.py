@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 import click
@@ -16,6 +15,7 @@ from tunehub.cli.common import (
     open_store,
     workload_options,
 )
+from tunehub.cli.progress import DEFAULT_EVERY_SECS, trial_progress
 from tunehub.core import Budget
 from tunehub.core.job import DEFAULT_STRATEGY, MAX_SECS, MAX_TRIALS
 
@@ -43,6 +43,15 @@ from tunehub.core.job import DEFAULT_STRATEGY, MAX_SECS, MAX_TRIALS
 )
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--progress-every",
+    type=click.FloatRange(0, 3600),
+    default=DEFAULT_EVERY_SECS,
+    show_default=True,
+    metavar="SECS",
+    help="Where stderr is not a terminal (a pipe, a log): a progress line at most every SECS "
+    "seconds, and the last one. A terminal shows a live bar instead.",
+)
 def tune(
     m: int,
     n: int,
@@ -59,6 +68,7 @@ def tune(
     secs: float,
     seed: int,
     as_json: bool,
+    progress_every: float,
 ) -> None:
     """Tune an MxNxK GEMM on this machine (its CPU, or a GPU), without a server.
 
@@ -74,7 +84,6 @@ def tune(
     from tunehub.kernels.registry import get_template
     from tunehub.tuner import (
         LeaseKeeper,
-        Progress,
         baseline_dict,
         find_schedule,
         session_for_job,
@@ -158,15 +167,7 @@ def tune(
             last_check[1] = store.get_job(job.id).state is JobState.CANCELLED
         return bool(last_check[1])
 
-    with click.progressbar(length=trials, label="trials", file=sys.stderr) as bar:
-        shown = [0]
-
-        def progress(p: Progress) -> None:
-            bar.update(p.trials_done - shown[0])
-            shown[0] = p.trials_done
-            best = f"{p.best.gflops:.1f} GFLOP/s" if p.best and p.best.gflops else "none ok yet"
-            bar.label = f"best {best}"
-
+    with trial_progress(trials, every_secs=progress_every) as progress:
         try:
             result = session_for_job(
                 spec,

@@ -29,6 +29,7 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.core.apikey import NO_LIMITS
+from tunehub.core.fairshare import FairShare, JobTime, QueuedJob, fair_order, owner_usage
 from tunehub.core.job import PERSON_PRIORITY
 from tunehub.core.owner import DEFAULT_LEASE_SECS
 from tunehub.db.common import (
@@ -277,6 +278,7 @@ class MemoryScheduleStore(ScheduleStore):
         owner: str = "",
         target_keys: Collection[str] | None = None,
         lease_secs: float = DEFAULT_LEASE_SECS,
+        fair_share: FairShare | None = None,
     ) -> Job | None:
         lease_end(utc_now(), lease_secs)
         with self._lock:
@@ -289,6 +291,8 @@ class MemoryScheduleStore(ScheduleStore):
             if not queued:
                 return None
             oldest = min(queued, key=lambda job: (-job.priority, self._queued_at[job.id], job.id))
+            if fair_share is not None:
+                oldest = self._jobs[self._fair_pick(queued, fair_share)]
             now = utc_now()
             claimed = dataclasses.replace(
                 oldest,
@@ -300,6 +304,32 @@ class MemoryScheduleStore(ScheduleStore):
             )
             self._jobs[claimed.id] = claimed
             return claimed
+
+    def _fair_pick(self, queued: Sequence[Job], policy: FairShare) -> int:
+        """The id to claim among ``queued`` under ``policy`` (the lock held)."""
+        heads: dict[int | None, QueuedJob] = {}
+        for job in queued:
+            head = QueuedJob(job.id, job.api_key_id, job.priority, self._queued_at[job.id])
+            best = heads.get(job.api_key_id)
+            if best is None or (-head.priority, head.queue_position) < (
+                -best.priority,
+                best.queue_position,
+            ):
+                heads[job.api_key_id] = head
+        jobs = [j for j in self._jobs.values() if j.api_key_id in heads]
+        usage = owner_usage(
+            (
+                JobTime(j.api_key_id, j.tuning_secs, j.state in ACTIVE_STATES, j.finished_at)
+                for j in jobs
+            ),
+            window_secs=policy.window_secs,
+        )
+        running: dict[int | None, int] = {}
+        for j in jobs:
+            if j.state is JobState.RUNNING:
+                running[j.api_key_id] = running.get(j.api_key_id, 0) + 1
+        names = {k: self._api_keys[k].name for k in heads if k is not None and k in self._api_keys}
+        return fair_order(list(heads.values()), usage, policy, names=names, running=running)[0]
 
     def renew_leases(
         self, owner: str, job_ids: Collection[int], *, lease_secs: float = DEFAULT_LEASE_SECS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -47,6 +47,7 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.core.apikey import NO_LIMITS
+from tunehub.core.fairshare import FairShare, JobTime, QueuedJob, fair_order, owner_usage
 from tunehub.core.job import PERSON_PRIORITY
 from tunehub.core.owner import DEFAULT_LEASE_SECS
 from tunehub.db.common import (
@@ -374,6 +375,7 @@ class SqlScheduleStore(ScheduleStore):
         owner: str = "",
         target_keys: Collection[str] | None = None,
         lease_secs: float = DEFAULT_LEASE_SECS,
+        fair_share: FairShare | None = None,
     ) -> Job | None:
         jobs = table(JobRow)
         lease_end(utc_now(), lease_secs)  # refuse a bad lease before touching anything
@@ -381,16 +383,19 @@ class SqlScheduleStore(ScheduleStore):
             return None
         with session_scope(self._write) as session:
             while True:
-                # SKIP LOCKED lets concurrent claimers on PostgreSQL pass each other; SQLite
-                # ignores it (the write lock taken at BEGIN already serialises claimers).
-                query = select(JobRow.id).where(JobRow.state == JobState.QUEUED.value)
-                if target_keys is not None:
-                    query = query.where(JobRow.target_key.in_(sorted(target_keys)))
-                job_id = session.scalar(
-                    query.order_by(JobRow.priority.desc(), JobRow.queued_at, JobRow.id)
-                    .limit(1)
-                    .with_for_update(skip_locked=True)
-                )
+                if fair_share is not None:
+                    job_id = self._fair_pick(session, target_keys, fair_share)
+                else:
+                    # SKIP LOCKED lets concurrent claimers on PostgreSQL pass each other;
+                    # SQLite ignores it (the write lock taken at BEGIN serialises claimers).
+                    query = select(JobRow.id).where(JobRow.state == JobState.QUEUED.value)
+                    if target_keys is not None:
+                        query = query.where(JobRow.target_key.in_(sorted(target_keys)))
+                    job_id = session.scalar(
+                        query.order_by(JobRow.priority.desc(), JobRow.queued_at, JobRow.id)
+                        .limit(1)
+                        .with_for_update(skip_locked=True)
+                    )
                 if job_id is None:
                     return None
                 now = utc_now()
@@ -410,6 +415,64 @@ class SqlScheduleStore(ScheduleStore):
                 if claimed is not None:
                     found = session.execute(_jobs_query().where(JobRow.id == job_id)).one()
                     return _job(found[0], _workload(found[1]))
+
+    def _fair_pick(
+        self, session: Session, target_keys: Collection[str] | None, policy: FairShare
+    ) -> int | None:
+        """The queued job to claim under ``policy``: each owner's head of the queue (its
+        highest priority, then longest waiting; one query), ordered by ``fair_order`` on the
+        owners' usage (one more query, only when several owners wait). Not locked: the
+        claim's conditional update decides between concurrent claimers."""
+        rank = (
+            func.row_number()
+            .over(
+                partition_by=JobRow.api_key_id,
+                order_by=(JobRow.priority.desc(), JobRow.queued_at, JobRow.id),
+            )
+            .label("rank")
+        )
+        queued = select(
+            JobRow.id, JobRow.api_key_id, JobRow.priority, JobRow.queued_at, rank
+        ).where(JobRow.state == JobState.QUEUED.value)
+        if target_keys is not None:
+            queued = queued.where(JobRow.target_key.in_(sorted(target_keys)))
+        inner = queued.subquery()
+        heads = [
+            QueuedJob(row.id, row.api_key_id, row.priority, (row.queued_at, row.id))
+            for row in session.execute(select(inner).where(inner.c.rank == 1))
+        ]
+        if len(heads) <= 1:
+            return heads[0].job_id if heads else None
+        owners = {h.api_key_id for h in heads}
+        now = utc_now()
+        cutoff = now - timedelta(seconds=policy.window_secs)
+        ids = sorted(k for k in owners if k is not None)
+        whose: ColumnElement[bool] = JobRow.api_key_id.in_(ids)
+        if None in owners:
+            whose = whose | JobRow.api_key_id.is_(None)
+        active = [s.value for s in ACTIVE_STATES]
+        rows = session.execute(
+            select(JobRow.api_key_id, JobRow.state, JobRow.tuning_secs, JobRow.finished_at).where(
+                whose,
+                JobRow.state.in_(active) | (JobRow.finished_at >= cutoff),
+            )
+        ).all()
+        running: dict[int | None, int] = {}
+        for row in rows:
+            if row.state == JobState.RUNNING.value:
+                running[row.api_key_id] = running.get(row.api_key_id, 0) + 1
+        usage = owner_usage(
+            (JobTime(r.api_key_id, r.tuning_secs, r.state in active, r.finished_at) for r in rows),
+            now=now,
+            window_secs=policy.window_secs,
+        )
+        names = {
+            key_id: name
+            for key_id, name in session.execute(
+                select(ApiKeyRow.id, ApiKeyRow.name).where(ApiKeyRow.id.in_(ids))
+            )
+        }
+        return fair_order(heads, usage, policy, names=names, running=running)[0]
 
     def renew_leases(
         self, owner: str, job_ids: Collection[int], *, lease_secs: float = DEFAULT_LEASE_SECS

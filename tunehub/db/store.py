@@ -48,6 +48,7 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.core.apikey import NO_LIMITS
+from tunehub.core.fairshare import FairShare
 from tunehub.core.job import PERSON_PRIORITY
 from tunehub.core.owner import DEFAULT_LEASE_SECS
 
@@ -264,12 +265,15 @@ class ScheduleStore(ABC):
         owner: str = "",
         target_keys: Collection[str] | None = None,
         lease_secs: float = DEFAULT_LEASE_SECS,
+        fair_share: FairShare | None = None,
     ) -> Job | None:
         """Atomically move a QUEUED job (for one of ``target_keys``, if given; of the highest
         priority, the one that has waited longest) to RUNNING (started now, owned by
         ``owner``, its lease ending ``lease_secs`` from now). A job joins the back of the
         queue when it is created and each time it is moved back to QUEUED. Concurrent
-        claimers (threads, processes, hosts) never get the same job."""
+        claimers (threads, processes, hosts) never get the same job. With ``fair_share``,
+        the owner (API key) of the smallest recent usage over its weight goes first
+        (``tunehub.core.fairshare``), then priority and age as without."""
 
     @abstractmethod
     def renew_leases(

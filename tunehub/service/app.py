@@ -197,6 +197,7 @@ def create_app(
                 lease_secs=settings.lease_secs,
                 db_outage_secs=settings.db_outage_secs,
                 replica_id=settings.replica_id,
+                fair_share=settings.fair_share,
             )
             if settings.ray_address:
                 start_ray_workers(runner, settings)

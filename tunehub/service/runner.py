@@ -5,7 +5,9 @@ with its target and a heartbeat, so ``GET /api/v1/targets`` shows it live and jo
 target are claimed by it. A job for a target with no live worker stays queued.
 
 Jobs share a device fairly: after its time slice a job whose target has other jobs waiting is
-handed back to the queue (behind them) and resumes later from its stored records. The runner
+handed back to the queue (behind them) and resumes later from its stored records; the next job
+claimed is that of the key with the least device time used recently (fair share between keys,
+``tunehub.core.fairshare``), then of the highest priority, then the longest waiting. The runner
 also watches its environment (the build dir can take files, the database takes writes); while
 either fails it is degraded, says why, and claims no new job.
 
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunehub.core import Job, JobState, Target, Worker, utc_now
+from tunehub.core.fairshare import FairShare
 from tunehub.core.owner import DEFAULT_LEASE_SECS, new_owner, owner_replica
 from tunehub.db.store import JobNotFound, ScheduleStore, StoreUnavailable
 from tunehub.kernels.build import dir_problem
@@ -44,6 +47,7 @@ if TYPE_CHECKING:  # Ray is imported only when a cluster is attached
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECS = 5.0
+FAIR_SHARE = FairShare()  # between keys, see tunehub.core.fairshare
 SLICE_CHECK_SECS = 1.0
 
 
@@ -144,8 +148,10 @@ class JobRunner:
         db_outage_secs: float = DB_OUTAGE_SECS,
         owner: str | None = None,
         replica_id: str | None = None,
+        fair_share: FairShare | None = FAIR_SHARE,
     ) -> None:
         self.store = store
+        self.fair_share = fair_share  # who is claimed next (None: priority, then age)
         self.poll_secs = poll_secs
         self.heartbeat_secs = heartbeat_secs
         self.slice_secs = slice_secs
@@ -412,7 +418,10 @@ class JobRunner:
                     self._stop.wait(self.poll_secs)
                     continue
                 job = self.store.claim_job(
-                    owner=self.owner, target_keys=keys, lease_secs=self.lease_secs
+                    owner=self.owner,
+                    target_keys=keys,
+                    lease_secs=self.lease_secs,
+                    fair_share=self.fair_share,
                 )
                 if job is None:
                     self._stop.wait(self.poll_secs)

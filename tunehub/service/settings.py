@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from tunehub.core.fairshare import DEFAULT_WINDOW_SECS, FairShare
 from tunehub.core.job import MAX_SECS, MAX_TRIALS
 from tunehub.core.owner import DEFAULT_LEASE_SECS
 from tunehub.db import database_url
@@ -161,6 +162,18 @@ class Settings(BaseSettings):
         description="A running job is handed back to the queue after this long when another "
         "job of its target waits, so jobs share a device fairly.",
     )
+    fair_share_window_secs: float = Field(
+        default=DEFAULT_WINDOW_SECS,
+        gt=0,
+        description="Fair share between keys: the device time a key's jobs used counts for "
+        "this long after they end (fading linearly); the runner claims next the job of the key "
+        "with the least time over its weight.",
+    )
+    fair_share_weights: Annotated[dict[str, float], NoDecode] = Field(
+        default_factory=dict,
+        description="Fair-share weights of keys by name, `name=weight,...` (e.g. `ci=0.5,"
+        "alice=2`: alice's jobs may use four times ci's device time); others weigh 1.",
+    )
     lease_secs: float = Field(
         default=DEFAULT_LEASE_SECS,
         gt=0,
@@ -196,6 +209,35 @@ class Settings(BaseSettings):
         description="Size of the kernel build cache; least recently used entries are evicted "
         "above it (0: no limit).",
     )
+
+    @field_validator("fair_share_weights", mode="before")
+    @classmethod
+    def _weights(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        weights: dict[str, object] = {}
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            name, sep, weight = part.rpartition("=")
+            if not sep or not name.strip():
+                raise ValueError(f"{part!r} is not name=weight")
+            weights[name.strip()] = weight.strip()
+        return weights
+
+    @field_validator("fair_share_weights")
+    @classmethod
+    def _positive_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, weight in value.items():
+            if not weight > 0:
+                raise ValueError(f"the weight of {name!r} must be > 0, got {weight!r}")
+        return value
+
+    @property
+    def fair_share(self) -> FairShare:
+        return FairShare(
+            window_secs=self.fair_share_window_secs, weights=dict(self.fair_share_weights)
+        )
 
     @field_validator("allowed_hosts", "cors_origins", mode="before")
     @classmethod

@@ -1,0 +1,131 @@
+"""Fair share between keys (issue 27): the claim's order on every store, and a real runner
+with a short time slice giving another key's first job the device after one slice."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.test_runner import WORKLOAD, SlowReplay, replay_history, wait_for
+from tunehub.core import Budget, JobSpec, JobState, Scope, Target, local_cpu_target
+from tunehub.core.apikey import new_api_key
+from tunehub.core.fairshare import FairShare
+from tunehub.db import ScheduleStore
+from tunehub.service.runner import JobRunner
+from tunehub.service.settings import Settings
+
+
+def make_key(store: ScheduleStore, name: str) -> int:
+    _, prefix, digest = new_api_key()
+    return store.create_api_key(prefix=prefix, secret_hash=digest, name=name, scope=Scope.WRITE).id
+
+
+def submit(
+    store: ScheduleStore, target: Target, key: int | None, trials: int = 4, priority: int = 0
+) -> int:
+    spec = JobSpec(
+        workload=WORKLOAD,
+        target_key=target.target_key,
+        budget=Budget(max_trials=trials, max_secs=600),
+    )
+    return store.create_job(spec, api_key_id=key, priority=priority).id
+
+
+def run_for(store: ScheduleStore, job_id: int, secs: float) -> None:
+    """Mark ``job_id`` (claimed) as having tuned ``secs``, then end it."""
+    store.commit_records([], tuning_secs={job_id: secs})
+    store.set_job_state(job_id, JobState.SUCCEEDED)
+
+
+def test_the_claim_goes_to_the_key_that_used_least_then_priority_then_age(
+    store: ScheduleStore,
+) -> None:
+    target = local_cpu_target()
+    store.put_target(target)
+    a, b, c = make_key(store, "a"), make_key(store, "b"), make_key(store, "c")
+    fair = FairShare()
+    done = submit(store, target, a)  # a used 100 s, b 10 s; c nothing
+    assert store.claim_job(fair_share=fair).id == done  # type: ignore[union-attr]
+    run_for(store, done, 100.0)
+    done = submit(store, target, b)
+    assert store.claim_job(fair_share=fair).id == done  # type: ignore[union-attr]
+    run_for(store, done, 10.0)
+    a_jobs = [submit(store, target, a) for _ in range(3)]
+    b_job = submit(store, target, b)
+    c_low = submit(store, target, c, priority=-10)  # a lookup's job: after people's
+    c_job = submit(store, target, c)
+    none_job = submit(store, target, None)  # no key: an owner of its own, nothing used
+    # Without fair share: priority, then age.
+    order = [store.claim_job() for _ in range(2)]
+    assert [j.id for j in order if j] == a_jobs[:2]
+    for job in order:
+        assert job is not None
+        store.set_job_state(job.id, JobState.QUEUED)  # back of the queue
+    claimed = []
+    while (job := store.claim_job(fair_share=fair)) is not None:
+        claimed.append(job.id)
+    # c and no key (nothing used; c's person job, then the older) before b (10 s) before a
+    # (100 s, and its own jobs in queue order: the two handed back are now the last), and
+    # the lookup's job last. a's three have no time of their own: its share stays the same.
+    assert claimed == [c_job, none_job, b_job, a_jobs[2], a_jobs[0], a_jobs[1], c_low]
+
+
+def test_weights_scale_a_keys_share(store: ScheduleStore) -> None:
+    target = local_cpu_target()
+    store.put_target(target)
+    a, b = make_key(store, "big"), make_key(store, "small")
+    for key, secs in ((a, 300.0), (b, 100.0)):
+        job = submit(store, target, key)
+        assert store.claim_job().id == job  # type: ignore[union-attr]
+        run_for(store, job, secs)
+    a_job, b_job = submit(store, target, a), submit(store, target, b)
+    plain = FairShare()
+    assert store.claim_job(fair_share=plain).id == b_job  # type: ignore[union-attr]
+    store.set_job_state(b_job, JobState.QUEUED)
+    weighted = FairShare(weights={"big": 4.0})  # 300/4 < 100
+    assert store.claim_job(fair_share=weighted).id == a_job  # type: ignore[union-attr]
+
+
+def test_the_weights_setting_is_read_and_checked() -> None:
+    settings = Settings(fair_share_weights="ci=0.5, alice=2", fair_share_window_secs=600)  # type: ignore[arg-type]
+    assert settings.fair_share == FairShare(window_secs=600, weights={"ci": 0.5, "alice": 2.0})
+    for bad in ("ci", "ci=0", "ci=x", "=2"):
+        with pytest.raises(ValueError, match="fair_share_weights"):
+            Settings(fair_share_weights=bad)  # type: ignore[arg-type]
+
+
+def test_another_keys_first_job_starts_within_one_slice(store: ScheduleStore) -> None:
+    """Key A queues 10 long jobs, then key B one: B's starts once A's first has had its
+    slice, before any other of A's (it used to wait for all ten)."""
+    target = local_cpu_target()
+    store.put_target(target)
+    history = replay_history(target)
+    a, b = make_key(store, "a"), make_key(store, "b")
+    a_jobs = [submit(store, target, a, trials=300) for _ in range(10)]
+    b_job = submit(store, target, b, trials=3)
+    slice_secs = 0.5
+    runner = JobRunner(
+        store, lambda: SlowReplay(history, target=target), poll_secs=0.01, slice_secs=slice_secs
+    )
+    start = time.monotonic()
+    runner.start()
+    try:
+        wait_for(lambda: store.get_job(b_job).state is not JobState.QUEUED, 20)
+        waited = time.monotonic() - start
+        # Which of A's jobs had run by then (a job handed back keeps its tuning time).
+        ran = [
+            j
+            for j in a_jobs
+            if (job := store.get_job(j)).tuning_secs > 0 or job.state is JobState.RUNNING
+        ]
+        wait_for(lambda: store.get_job(b_job).state.finished, 20)
+    finally:
+        runner.stop()
+        for job_id in a_jobs:
+            if not store.get_job(job_id).state.finished:
+                store.set_job_state(job_id, JobState.CANCELLED)
+    assert store.get_job(b_job).state is JobState.SUCCEEDED
+    assert ran == a_jobs[:1], f"A's jobs that ran before B's: {ran}"
+    # One slice, plus the slice check's period and the hand-back (generous on a busy VM).
+    assert waited < slice_secs + 3.0, f"B's job waited {waited:.2f}s"
