@@ -74,7 +74,7 @@ def test_lookup_of_an_unknown_shape_exits_1(tmp_path: Path) -> None:
 def test_bad_sizes_get_a_message_naming_the_argument(tmp_path: Path) -> None:
     proc = tunehub(tmp_path, "tune", "0", "16", "16", check=False)
     assert proc.returncode == 2
-    assert "m" in proc.stderr and ">= 1" in proc.stderr
+    assert "Invalid value for 'M': must be >= 1, got 0" in proc.stderr, proc.stderr
     proc = tunehub(tmp_path, "tune", "16", "16", "16", "--dtype", "int4", check=False)
     assert proc.returncode == 2 and "int4" in proc.stderr
     proc = tunehub(tmp_path, "tune", "16", "16", "16", "--dtype", "float16", check=False)

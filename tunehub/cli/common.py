@@ -4,12 +4,16 @@ one-line errors (``fail``) that say what is wrong and what to do."""
 from __future__ import annotations
 
 import os
+import re
+from difflib import get_close_matches
 from typing import Any, NoReturn
 
 import click
 
 from tunehub.core import InvalidSpec, Workload
 from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS
+
+NEGATIVE = re.compile(r"-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?", re.IGNORECASE)
 
 
 def load_settings() -> Any:
@@ -68,9 +72,53 @@ def make_workload(
             allow_tf32=allow_tf32,
         )
     except InvalidSpec as exc:
-        raise click.BadParameter(
-            exc.reason, param_hint=f"--{exc.field.replace('_', '-')}"
-        ) from None
+        raise click.BadParameter(exc.reason, param_hint=param_hint(exc.field)) from None
+
+
+def param_hint(field: str) -> str:
+    """How the command line names a workload's field: the shape is positional (``'M'``),
+    the rest are options (``--a-layout``)."""
+    field = field.removeprefix("workload.")
+    if field in ("m", "n", "k"):
+        return f"'{field.upper()}'"
+    return f"--{field.replace('_', '-')}"
+
+
+class NumbersCommand(click.Command):
+    """A command whose arguments may be negative numbers: ``tunehub tune -256 256 256`` is
+    told that M must be >= 1, not that there is no option ``-2``.
+
+    A token that looks like a negative number, where no option waits for its value, is an
+    argument; an unknown option is still refused by name, with the options it might mean.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value: set[str] = set()
+        known: set[str] = set(self.get_help_option_names(ctx))
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option):
+                names = [*param.opts, *param.secondary_opts]
+                known.update(names)
+                if not param.is_flag and not param.count:
+                    takes_value.update(param.opts)
+        waiting = False
+        for token in args:
+            if token == "--":
+                break
+            if waiting:
+                waiting = False
+                continue
+            name = token.split("=", 1)[0]
+            if not token.startswith("-") or NEGATIVE.fullmatch(token):
+                continue
+            if name not in known:
+                raise click.NoSuchOption(
+                    name, possibilities=get_close_matches(name, sorted(known)), ctx=ctx
+                )
+            waiting = name in takes_value and "=" not in token
+        # Every unknown token left is a negative number: click takes it as an argument.
+        ctx.ignore_unknown_options = True
+        return super().parse_args(ctx, args)
 
 
 def workload_options(func: Any) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from tunehub.cli.common import (
+    NumbersCommand,
     fail,
     make_workload,
     open_store,
@@ -19,7 +20,7 @@ from tunehub.cli.common import (
 from tunehub.core import InvalidSpec
 
 
-@click.command()
+@click.command(cls=NumbersCommand)
 @click.argument("m", type=int)
 @click.argument("n", type=int)
 @click.argument("k", type=int)

@@ -8,11 +8,13 @@ import time
 import click
 
 from tunehub.cli.common import (
+    NumbersCommand,
     data_home,
     fail,
     load_settings,
     make_workload,
     open_store,
+    param_hint,
     workload_options,
 )
 from tunehub.cli.progress import DEFAULT_EVERY_SECS, trial_progress
@@ -20,7 +22,7 @@ from tunehub.core import Budget
 from tunehub.core.job import DEFAULT_STRATEGY, MAX_SECS, MAX_TRIALS
 
 
-@click.command()
+@click.command(cls=NumbersCommand)
 @click.argument("m", type=int)
 @click.argument("n", type=int)
 @click.argument("k", type=int)
@@ -126,8 +128,7 @@ def tune(
     problem = tmpl.problem(workload, target)
     if problem is not None:
         measurer.close()
-        field = problem.field.removeprefix("workload.").replace("_", "-")
-        raise click.BadParameter(problem.reason, param_hint=f"--{field}")
+        raise click.BadParameter(problem.reason, param_hint=param_hint(problem.field))
     store = open_store(settings.resolved_database_url(), init=True)
     store.put_target(target)
     spec = JobSpec(
