@@ -106,6 +106,11 @@ def serve(
         return
     # Each worker process builds its app from the environment (serve_app): hand it what the
     # options changed. One of them takes the runner's lock and runs jobs and the trainer.
+    # Each counts its metrics in files of its own under <home>/metrics (emptied now), which a
+    # scrape of any of them adds up.
+    from tunehub.service.metrics import prepare_multiprocess
+
+    prepare_multiprocess(settings.home)
     os.environ.update(
         TUNEHUB_RUN_JOBS=str(settings.run_jobs).lower(),
         TUNEHUB_WORKERS=str(settings.workers),

@@ -33,6 +33,7 @@ from tunehub.service.lookup_cache import FastLookup, LookupCache
 from tunehub.service.redact import printable
 from tunehub.service.routes_autotune import router as autotune_router
 from tunehub.service.routes_jobs import router as jobs_router
+from tunehub.service.routes_metrics import router as metrics_router
 from tunehub.service.routes_models import router as models_router
 from tunehub.service.routes_schedules import router as schedules_router
 from tunehub.service.routes_targets import router as targets_router
@@ -357,6 +358,7 @@ def create_app(
     app.include_router(workers_router)
     app.include_router(models_router)
     app.include_router(autotune_router)
+    app.include_router(metrics_router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)
     # Outermost last: headers on every answer, then hosts, cached lookups, cross-site writes,

@@ -97,7 +97,11 @@ def cached_item(query: LookupQuery, body: bytes, source: str) -> CachedAnswer:
     untuned ones whenever any schedule or model changes). Never served as a single answer,
     so it has no ETag."""
     return CachedAnswer(
-        body=body, etag=b"", workload_key=query.workload.key, untuned=source in UNTUNED
+        body=body,
+        etag=b"",
+        workload_key=query.workload.key,
+        untuned=source in UNTUNED,
+        source=source,
     )
 
 

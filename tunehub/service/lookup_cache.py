@@ -32,21 +32,26 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any
 
 from fastapi import Request, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tunehub.core import ApiKey
 from tunehub.core.damped import DampedLog
 from tunehub.db.common import ChangeMark, LookupChanges
 from tunehub.db.store import ScheduleStore
+from tunehub.service import metrics
 from tunehub.service.auth import KEY_STATE
 from tunehub.service.schemas import ScheduleOut
 
 log = logging.getLogger(__name__)
 
 LOOKUP_PATH = "/api/v1/schedules/best"
+BATCH_PATH = "/api/v1/schedules/lookup"
+# Where the lookup route leaves its answer's tier for the metrics (the request's scope).
+SOURCE_STATE = "tunehub.source"
 UNTUNED = ("predicted", "default")
 # The cache answers only while its view of the store is this many refresh periods old at most.
 STALE_PERIODS = 3.0
@@ -76,12 +81,14 @@ def etag_matches(if_none_match: str | bytes | None, etag: bytes) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CachedAnswer:
-    """One encoded answer: the body, its ETag, its workload and whether it is untuned."""
+    """One encoded answer: the body, its ETag, its workload, whether it is untuned, and its
+    tier (``source``: exact, family, predicted, default)."""
 
     body: bytes
     etag: bytes
     workload_key: str
     untuned: bool
+    source: str = ""
 
 
 class LookupCache:
@@ -311,7 +318,9 @@ def encoded_answer(
         etag=etag_of(body),
         workload_key=str(data["workload_key"]),
         untuned=data["source"] in UNTUNED,
+        source=str(data["source"]),
     )
+    request.scope[SOURCE_STATE] = answer.source
     if cacheable:
         cache: LookupCache = request.app.state.lookup_cache
         key: ApiKey | None = request.scope.get(KEY_STATE)
@@ -336,18 +345,28 @@ class FastLookup:
         self.read_requires_key = read_requires_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["path"] != LOOKUP_PATH
-            or scope["method"] != "GET"
-            or b"tune" in scope["query_string"]
-        ):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        answer = self.cache.get(scope["query_string"])
-        if answer is None or not self._plain(scope):
-            self.cache.misses += 1
+        started = perf_counter()
+        if scope["path"] == BATCH_PATH and scope["method"] == "POST":
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                metrics.batch_answered(started)
+            return
+        if scope["path"] != LOOKUP_PATH or scope["method"] != "GET":
             await self.app(scope, receive, send)
+            return
+        answer = None
+        cacheable = b"tune" not in scope["query_string"]
+        if cacheable:
+            answer = self.cache.get(scope["query_string"])
+        if answer is None or not self._plain(scope):
+            if cacheable:
+                self.cache.misses += 1
+                metrics.lookup_missed()
+            await self._full_path(scope, receive, send, started)
             return
         self.cache.hits += 1
         if etag_matches(_header(scope, b"if-none-match"), answer.etag):
@@ -355,11 +374,29 @@ class FastLookup:
                 {"type": "http.response.start", "status": 304, "headers": [(b"etag", answer.etag)]}
             )
             await send({"type": "http.response.body", "body": b""})
+            metrics.lookup_answered(answer.source, 304, started, hit=True)
             return
         await send(
             {"type": "http.response.start", "status": 200, "headers": answer_headers(answer)}
         )
         await send({"type": "http.response.body", "body": answer.body})
+        metrics.lookup_answered(answer.source, 200, started, hit=True)
+
+    async def _full_path(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
+        """The app answers; its status and the answer's tier are counted."""
+        status = 500  # an exception that leaves here becomes a 500 further out
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            tier = scope.get(SOURCE_STATE, "") if status < 400 else ""
+            metrics.lookup_answered(tier, status, started, hit=False)
 
     def _plain(self, scope: Scope) -> bool:
         """No browser origin, no body, and (where reads need one) a key already accepted."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
@@ -9,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from tunehub.core import LOCAL_CPU, InvalidSpec, Scope, Workload
 from tunehub.core.workload import MAX_DIM
 from tunehub.db.store import SCHEDULE_SORTS
+from tunehub.service import metrics
 from tunehub.service.auth import KeyedRoute, ReadAccess, authorize
 from tunehub.service.batch_lookup import (
     cached_item,
@@ -294,6 +296,7 @@ def lookup_schedules(
     generation = cache.generation
     parsed, misses = parse_items(body.items)
     results: list[bytes | dict[str, Any] | None] = [None] * len(body.items)
+    tiers = [""] * len(body.items)  # each answered item's tier, for the metrics
     for i, refusal in misses.items():
         results[i] = refusal
     targets = resolve_targets(store, {name for _, _, name, _ in parsed}, local=local)
@@ -315,7 +318,7 @@ def lookup_schedules(
             if cached is None:
                 unknown.append((i, q))
             else:
-                results[i] = cached.body
+                results[i], tiers[i] = cached.body, cached.source
         queries = unknown
     answers = find_schedules(store, [q for _, q in queries])
     neighbours = neighbour_index(request)
@@ -333,6 +336,7 @@ def lookup_schedules(
                 results[i] = miss(404, reason, ())
                 continue
             untuned.append((i, found))
+        tiers[i] = found.source
         schedule = schedule_data(found)
         if cacheable:
             encoded = encode_schedule(schedule)
@@ -359,6 +363,13 @@ def lookup_schedules(
             tuning[i]["tuning"] = TuningOutcome(False, None, refused).to_dict()
     for i, schedule in tuning.items():
         results[i] = encode_schedule(schedule)
+    counted: Tally[tuple[str, int]] = Tally()
+    for tier, result in zip(tiers, results, strict=True):
+        if isinstance(result, dict) and not tier:  # LookupMissOut
+            counted[("", int(result["status"]))] += 1
+        else:
+            counted[(tier, 200)] += 1
+    metrics.batch_items(counted)
     # Built in LookupBatchOut's shape and encoded once: FastAPI does not validate a Response
     # (the model above is the documented shape; the tests hold the answer to it).
     return Response(content=encode(results), media_type="application/json")

@@ -37,6 +37,7 @@ from tunehub.core.fairshare import FairShare
 from tunehub.core.owner import DEFAULT_LEASE_SECS, new_owner, owner_replica
 from tunehub.db.store import JobNotFound, ScheduleStore, StoreUnavailable
 from tunehub.kernels.build import dir_problem
+from tunehub.service import metrics
 from tunehub.tuner import DatabaseOutage, LeaseKeeper, Progress, session_for_job
 from tunehub.tuner.session import DB_OUTAGE_SECS
 from tunehub.workers.base import Measurer
@@ -479,6 +480,7 @@ class JobRunner:
         try:
 
             def report(p: Progress) -> None:
+                metrics.records_measured(worker.target.target_key, p.last)
                 log.info("job %d: %d/%d trials", job.id, p.trials_done, p.max_trials)
                 for record in p.last:
                     if record.result.error:  # the whole text, paths and all, for the operator

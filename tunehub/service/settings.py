@@ -115,6 +115,13 @@ class Settings(BaseSettings):
         description="How often each serving process reads the store's change feed: a cached "
         "answer is at most about this much older than the database.",
     )
+    metrics_cache_secs: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="How long GET /metrics reuses what it read from the database (jobs by state "
+        "and key, workers by state): several scrapes within it cost one round of queries.",
+    )
 
     # --- exposure: keys, limits, headers (see README "Keys, limits and headers") ------------
     read_requires_key: bool = Field(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from tunehub.core.damped import DampedLog
 from tunehub.db.store import ScheduleStore, StoreUnavailable
+from tunehub.service import metrics
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,16 @@ class StoreHealth:
         self._checking = threading.Lock()
         self._problem: str | None = None
         self._checked_at: float | None = None
+        self._down_since: float | None = None  # when the current outage was first seen
         self._failures = DampedLog(log)
 
     def failed(self, reason: str) -> None:
         """A request could not reach the store (said once, then counted per minute)."""
+        metrics.store_error()
         with self._lock:
             self._problem = reason
+            if self._down_since is None:
+                self._down_since = self.clock()
         self._failures.warning("requests get 503, the store cannot answer: %s", reason)
 
     def problem(self) -> str | None:
@@ -59,6 +64,12 @@ class StoreHealth:
         with self._lock:
             return self._problem
 
+    def outage_secs(self) -> float:
+        """How long the store has not answered, as this process saw it (0 while it answers)."""
+        with self._lock:
+            since = self._down_since
+        return 0.0 if since is None else max(0.0, self.clock() - since)
+
     def _check(self) -> None:
         try:
             self.store.ping(timeout_secs=self.ping_timeout_secs)
@@ -72,6 +83,10 @@ class StoreHealth:
         with self._lock:
             self._problem = reason
             self._checked_at = self.clock()
+            if reason is None:
+                self._down_since = None
+            elif self._down_since is None:
+                self._down_since = self._checked_at
         if reason is None:
             self._failures.clear("the store answers again")
         else:
