@@ -25,6 +25,7 @@ from tunehub.client import TunehubClient
 from tunehub.core import JobState, MeasureRecord, MeasureRequest, MeasureResult, local_cpu_target
 from tunehub.db import SqlScheduleStore, upgrade
 from tunehub.db.engine import normalize_url
+from tunehub.db.journal import ResultJournal
 from tunehub.service.runner import JobRunner
 from tunehub.workers.replay import ReplayMeasurer
 
@@ -136,6 +137,44 @@ def test_a_database_away_longer_than_allowed_fails_the_job_naming_the_outage(
     assert "could not be stored" in job.error
     records = store.job_records(job_id)
     assert 3 <= job.trials_done == len(records) < 400  # what was stored is counted, no more
+    store.close()
+
+
+def test_a_database_away_longer_than_allowed_journals_the_results_and_replays_them(
+    own_pg: str, tmp_path: Path
+) -> None:
+    """Past TUNEHUB_DB_OUTAGE_SECS results go to the result journal and the job goes on; once
+    the database is back they are replayed into it, each once, and the job says how many
+    (issue 27)."""
+    store = SqlScheduleStore(own_pg)
+    target = local_cpu_target()
+    trials = 60
+    job_id = submit(store, target, trials=trials)
+    journal = ResultJournal.in_home(tmp_path)
+    runner = JobRunner(
+        store,
+        lambda: PacedReplay(replay_history(target), 0.05),
+        poll_secs=0.05,
+        heartbeat_secs=0.5,
+        db_outage_secs=1.0,
+        journal=journal,
+    )
+    runner.start()
+    try:
+        wait_for(lambda: store.get_job(job_id).trials_done >= 3, 30)
+        allow_connections(own_pg, False)
+        try:
+            wait_for(lambda: len(journal) >= 5, 20)  # past the limit: on disk, fsynced
+        finally:
+            allow_connections(own_pg, True)
+        assert wait_finished(store, job_id, 60) is JobState.SUCCEEDED
+    finally:
+        runner.stop()
+    job = store.get_job(job_id)
+    records = store.job_records(job_id)
+    assert job.trials_done == trials == len(records) == len({r.config.key for r in records})
+    assert job.replayed >= 5 and job.error == "", job
+    assert not journal  # replayed and emptied
     store.close()
 
 

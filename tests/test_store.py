@@ -259,7 +259,10 @@ def test_set_job_state_sets_timestamps_and_error(store: ScheduleStore) -> None:
     assert failed.finished_at.utcoffset() == timedelta(0)
     assert store.get_job(job_id) == failed
     requeued = store.set_job_state(job_id, JobState.QUEUED)
-    assert (requeued.started_at, requeued.finished_at, requeued.error) == (None, None, "")
+    # Back in the queue it keeps its first start (issue 27).
+    assert (requeued.started_at, requeued.finished_at, requeued.error) == (
+        running.started_at, None, ""
+    )  # fmt: skip
 
 
 def test_claims_and_claimed_jobs_record_their_owner(store: ScheduleStore) -> None:
@@ -272,7 +275,9 @@ def test_claims_and_claimed_jobs_record_their_owner(store: ScheduleStore) -> Non
     assert store.get_job(own.id).owner == "cli:7:9"
     assert store.get_job(ids[1]).owner == ""  # queued: nobody's yet
     requeued = store.set_job_state(ids[0], JobState.QUEUED)
-    assert (requeued.owner, requeued.started_at, requeued.lease_expires_at) == ("", None, None)
+    assert (requeued.owner, requeued.started_at, requeued.lease_expires_at) == (
+        "", claimed.started_at, None
+    )  # fmt: skip
     done = store.set_job_state(own.id, JobState.SUCCEEDED)
     # The last holder stays named (it may store what was in flight); the lease is over.
     assert (done.owner, done.lease_expires_at) == ("cli:7:9", None)
@@ -321,12 +326,18 @@ def test_expired_leases_are_requeued_and_claimed_by_another_owner(
     store.renew_leases("live:2:y", [fresh], lease_secs=120)
     assert store.requeue_expired(now=later) == [stale]
     job = store.get_job(stale)
-    assert (job.state, job.owner, job.lease_expires_at, job.started_at) == (
-        JobState.QUEUED, "", None, None
+    first_start = job.started_at
+    assert (job.state, job.owner, job.lease_expires_at, job.resumes) == (
+        JobState.QUEUED, "", None, 0
     )  # fmt: skip
+    assert first_start is not None  # kept: it is the first start
     assert store.get_job(fresh).state is JobState.RUNNING
     taken = store.claim_job(owner="next:3:z")
     assert taken is not None and taken.id == stale and taken.owner == "next:3:z"
+    # A resume: the first start stays, the resume is counted and timed.
+    assert (taken.started_at, taken.resumes) == (first_start, 1)
+    assert taken.resumed_at is not None and taken.resumed_at >= first_start
+    assert store.get_job(stale) == taken
     # The dead owner, back, renews nothing: it lost the job.
     assert store.renew_leases("dead:1:x", [stale]) == set()
 
@@ -357,6 +368,29 @@ def test_fenced_commits_of_a_lost_job_store_nothing(store: ScheduleStore) -> Non
     assert store.commit_records([late], owner="b:2:y") == 1  # the holder's write goes in
     # Without an owner (tools, imports) nothing is fenced.
     assert store.commit_records([record(3e-3, job_id=job_id, config={"MR": 2})]) == 1
+
+
+def test_a_replayed_batch_counts_its_records_and_seconds_once(store: ScheduleStore) -> None:
+    """Records from the result journal: a second replay of the same batch changes nothing,
+    tuning seconds included (issue 27)."""
+    job_id = new_job(store)
+    store.claim_job(owner="a:1:x")
+    batch = [record(2e-3, job_id=job_id), record(None, job_id=job_id, config={"MR": 4})]
+    for _ in range(2):
+        store.commit_records(batch, tuning_secs={job_id: 3.0}, replayed=True)
+        job = store.get_job(job_id)
+        assert (job.trials_done, job.tuning_secs, job.replayed) == (2, 3.0, 2)
+    # A batch of one old and one new record: only the new one counts, with its seconds.
+    more = [batch[0], record(1e-3, job_id=job_id, config={"MR": 8})]
+    assert store.commit_records(more, tuning_secs={job_id: 1.0}, replayed=True) == 1
+    job = store.get_job(job_id)
+    assert (job.trials_done, job.tuning_secs, job.replayed) == (3, 4.0, 3)
+    assert job.best_median_secs == 1e-3
+    # Unfenced: a replay stores what was measured whoever holds the job now.
+    store.set_job_state(job_id, JobState.QUEUED)
+    late = record(4e-3, job_id=job_id, config={"MR": 2})
+    assert store.commit_records([late], replayed=True) == 1
+    assert store.get_job(job_id).replayed == 4
 
 
 def test_a_queued_job_refuses_fenced_commits_and_a_cancelled_one_takes_its_holders(

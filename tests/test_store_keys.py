@@ -9,6 +9,7 @@ import pytest
 
 from tunehub.core import Budget, JobSpec, JobState, KeyLimits, Scope, Workload, local_cpu_target
 from tunehub.core.apikey import matches, new_api_key, parse_api_key
+from tunehub.core.job import LOOKUP_PRIORITY
 from tunehub.db import ApiKeyNotFound, QueueFull, ScheduleStore, SqlScheduleStore
 
 SPEC = JobSpec(Workload(m=8, n=8, k=8), local_cpu_target().target_key, budget=Budget(2, 10))
@@ -64,6 +65,23 @@ def test_a_key_cannot_queue_more_jobs_than_its_limit(store: ScheduleStore) -> No
         store.create_job(SPEC, api_key_id=other, max_active_total=3)
     with pytest.raises(ApiKeyNotFound):
         store.create_job(SPEC, api_key_id=12345)
+
+
+def test_jobs_a_keys_lookups_queued_do_not_count_against_its_own_limit(
+    store: ScheduleStore,
+) -> None:
+    """A key's ``tune=true`` lookups queue jobs at LOOKUP_PRIORITY under their own bound
+    (max_active_at_priority); its own submissions count only its own (issue 27)."""
+    store.put_target(local_cpu_target())
+    mine = make_key(store)
+    for _ in range(3):
+        store.create_job(SPEC, api_key_id=mine, priority=LOOKUP_PRIORITY, max_active_at_priority=3)
+    with pytest.raises(QueueFull, match="limit is 3"):
+        store.create_job(SPEC, api_key_id=mine, priority=LOOKUP_PRIORITY, max_active_at_priority=3)
+    for _ in range(2):
+        store.create_job(SPEC, api_key_id=mine, max_active_for_key=2)
+    with pytest.raises(QueueFull, match="this key has 2 jobs"):
+        store.create_job(SPEC, api_key_id=mine, max_active_for_key=2)
 
 
 def test_concurrent_submissions_never_pass_the_limit(sql_url: str) -> None:

@@ -104,6 +104,13 @@ class Job:
     api_key_id: int | None = None
     # PERSON_PRIORITY, or LOOKUP_PRIORITY for a job a lookup queued (claimed after people's).
     priority: int = PERSON_PRIORITY
+    # How often a runner resumed it (claimed it again after it had started: a time slice
+    # over, a restart, a lost lease) and when it last did; ``started_at`` stays the first start.
+    resumes: int = 0
+    resumed_at: datetime | None = None
+    # Results measured while the database was away that reached it through the result journal
+    # (tunehub.db.journal) rather than at once.
+    replayed: int = 0
 
     @property
     def from_lookup(self) -> bool:

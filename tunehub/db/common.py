@@ -134,14 +134,30 @@ def job_times(
 ) -> tuple[datetime | None, datetime | None]:
     """(started_at, finished_at) after a move to ``state``.
 
-    QUEUED clears both (the job starts over); RUNNING keeps an earlier start or starts now and
-    clears the finish; a finished state finishes now.
+    QUEUED keeps the first start and clears the finish (the job resumes later); RUNNING keeps
+    an earlier start or starts now and clears the finish; a finished state finishes now.
     """
     if state is JobState.QUEUED:
-        return None, None
+        return started_at, None
     if state is JobState.RUNNING:
         return started_at or now, None
     return started_at, now
+
+
+def replayed_counts(new: Sequence[MeasureRecord]) -> dict[int, int]:
+    """New records replayed from the result journal, by job."""
+    counts: dict[int, int] = {}
+    for record in new:
+        if record.job_id is not None:
+            counts[record.job_id] = counts.get(record.job_id, 0) + 1
+    return counts
+
+
+def replayed_secs(new: Sequence[MeasureRecord], secs: dict[int, float]) -> dict[int, float]:
+    """The tuning seconds of a replayed batch that count: those of jobs with a new record (a
+    batch replayed twice adds its seconds once)."""
+    jobs = {record.job_id for record in new}
+    return {job_id: value for job_id, value in secs.items() if job_id in jobs}
 
 
 def lease_end(now: datetime, lease_secs: float) -> datetime:

@@ -57,6 +57,8 @@ from tunehub.db.common import (
     listing_sort_value,
     record_floor,
     replaces,
+    replayed_counts,
+    replayed_secs,
     schedule_key,
     schedule_of,
     trials_of,
@@ -205,7 +207,10 @@ class MemoryScheduleStore(ScheduleStore):
             ):
                 active = self._select_jobs(ACTIVE_STATES)
                 check_queue(
-                    for_key=sum(1 for j in active if j.api_key_id == api_key_id),
+                    # Of the same priority: a key's lookup jobs have their own bound.
+                    for_key=sum(
+                        1 for j in active if j.api_key_id == api_key_id and j.priority == priority
+                    ),
                     key_limit=max_active_for_key if api_key_id is not None else None,
                     total=len(active),
                     total_limit=max_active_total,
@@ -294,10 +299,13 @@ class MemoryScheduleStore(ScheduleStore):
             if fair_share is not None:
                 oldest = self._jobs[self._fair_pick(queued, fair_share)]
             now = utc_now()
+            resumed = oldest.started_at is not None  # it keeps its first start
             claimed = dataclasses.replace(
                 oldest,
                 state=JobState.RUNNING,
-                started_at=now,
+                started_at=oldest.started_at or now,
+                resumes=oldest.resumes + resumed,
+                resumed_at=now if resumed else oldest.resumed_at,
                 finished_at=None,
                 owner=owner,
                 lease_expires_at=lease_end(now, lease_secs),
@@ -357,7 +365,6 @@ class MemoryScheduleStore(ScheduleStore):
                         state=JobState.QUEUED,
                         owner="",
                         lease_expires_at=None,
-                        started_at=None,
                         finished_at=None,
                     )
                     self._enqueue(job_id)
@@ -402,6 +409,7 @@ class MemoryScheduleStore(ScheduleStore):
         *,
         tuning_secs: Mapping[int, float] | None = None,
         owner: str | None = None,
+        replayed: bool = False,
     ) -> int:
         """Store records and update job progress, job bests and Schedules in one step.
 
@@ -426,6 +434,11 @@ class MemoryScheduleStore(ScheduleStore):
                     continue
                 record = self._store_record(record)
                 new.append(record)
+            if replayed:  # a second replay of the same journal changes nothing
+                secs = replayed_secs(new, secs)
+                for job_id, count in replayed_counts(new).items():
+                    job = self._jobs[job_id]
+                    self._jobs[job_id] = dataclasses.replace(job, replayed=job.replayed + count)
             self._update_jobs(new, secs)
             self._update_schedules(new)
         return len(new)

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Engine,
     Select,
     Text,
+    case,
     cast,
     func,
     select,
@@ -73,6 +74,8 @@ from tunehub.db.common import (
     jobs_floor,
     lease_end,
     record_floor,
+    replayed_counts,
+    replayed_secs,
     schedule_key,
     schedule_of,
     trials_of,
@@ -399,12 +402,16 @@ class SqlScheduleStore(ScheduleStore):
                 if job_id is None:
                     return None
                 now = utc_now()
+                first = jobs.c.started_at.is_(None)
                 claimed = session.execute(
                     update(jobs)
                     .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED.value)
                     .values(
                         state=JobState.RUNNING.value,
-                        started_at=now,
+                        # A resumed job keeps its first start and counts the resume.
+                        started_at=func.coalesce(jobs.c.started_at, now),
+                        resumes=jobs.c.resumes + case((first, 0), else_=1),
+                        resumed_at=case((first, jobs.c.resumed_at), else_=now),
                         finished_at=None,
                         owner=owner,
                         lease_expires_at=lease_end(now, lease_secs),
@@ -508,7 +515,6 @@ class SqlScheduleStore(ScheduleStore):
                     state=JobState.QUEUED.value,
                     owner="",
                     lease_expires_at=None,
-                    started_at=None,
                     finished_at=None,
                     queued_at=utc_now(),
                 )
@@ -554,6 +560,7 @@ class SqlScheduleStore(ScheduleStore):
         *,
         tuning_secs: Mapping[int, float] | None = None,
         owner: str | None = None,
+        replayed: bool = False,
     ) -> int:
         """Store records and update job progress, job bests and Schedules in one transaction.
 
@@ -586,6 +593,15 @@ class SqlScheduleStore(ScheduleStore):
                 self._put_workloads(session, [r.request.workload for r in batch])
                 inserted = self._insert_records(session, batch)
                 new = [r for r in batch if r.uid in inserted]
+            if replayed:  # a second replay of the same journal changes nothing
+                secs = replayed_secs(new, secs)
+                jobs = table(JobRow)
+                for job_id, count in sorted(replayed_counts(new).items()):
+                    session.execute(
+                        update(jobs)
+                        .where(jobs.c.id == job_id)
+                        .values(replayed=jobs.c.replayed + count)
+                    )
             self._update_jobs(session, new, secs)
             self._update_schedules(session, new)
         return len(new)
@@ -1181,7 +1197,9 @@ class SqlScheduleStore(ScheduleStore):
         total = int(session.scalar(_count_jobs_query(ACTIVE_STATES, None, None)) or 0)
         for_key = 0
         if api_key_id is not None and key_limit is not None:
-            for_key = int(session.scalar(_count_jobs_query(ACTIVE_STATES, None, api_key_id)) or 0)
+            # Of the same priority: the jobs a key's lookups queued have their own bound.
+            mine = _count_jobs_query(ACTIVE_STATES, None, api_key_id)
+            for_key = int(session.scalar(mine.where(JobRow.priority == priority)) or 0)
         at_priority = 0
         if priority_limit is not None:
             at_priority = int(
@@ -1420,6 +1438,9 @@ def _job(row: JobRow, workload: Workload) -> Job:
         tuning_secs=row.tuning_secs,
         api_key_id=row.api_key_id,
         priority=row.priority,
+        resumes=row.resumes,
+        resumed_at=row.resumed_at,
+        replayed=row.replayed,
     )
 
 

@@ -222,7 +222,8 @@ class ScheduleStore(ABC):
         The job's target must be stored first (``put_target``), else ValueError.
 
         ``api_key_id`` records the key that submitted it. With ``max_active_for_key`` (that
-        key's jobs) or ``max_active_total`` (every job), QueueFull is raised instead when that
+        key's jobs of the same priority: the jobs its lookups queued do not count against its
+        own submissions) or ``max_active_total`` (every job), QueueFull is raised instead when that
         many jobs are already queued or running; the count and the insert are one transaction,
         so concurrent submissions cannot pass the limit together. ``priority`` orders the queue
         (``claim_job``); ``max_active_at_priority`` limits the active jobs of that same
@@ -269,7 +270,8 @@ class ScheduleStore(ABC):
     ) -> Job | None:
         """Atomically move a QUEUED job (for one of ``target_keys``, if given; of the highest
         priority, the one that has waited longest) to RUNNING (started now, owned by
-        ``owner``, its lease ending ``lease_secs`` from now). A job joins the back of the
+        ``owner``, its lease ending ``lease_secs`` from now; a job that had started before
+        keeps its first ``started_at`` and counts a resume). A job joins the back of the
         queue when it is created and each time it is moved back to QUEUED. Concurrent
         claimers (threads, processes, hosts) never get the same job. With ``fair_share``,
         the owner (API key) of the smallest recent usage over its weight goes first
@@ -305,7 +307,8 @@ class ScheduleStore(ABC):
         With ``only_from``, the move happens only if the job is in one of those states, and
         with ``owner`` only if ``owner`` holds it (fencing), checked and written in one
         transaction; otherwise the job is returned unchanged (compare its state and owner).
-        QUEUED clears started_at, finished_at, the owner and the lease; RUNNING keeps or sets
+        QUEUED clears finished_at, the owner and the lease (started_at stays the first
+        start); RUNNING keeps or sets
         started_at (and keeps the owner and lease); finished states set finished_at, end the
         lease and keep the owner (who ran it last).
         """
@@ -318,6 +321,7 @@ class ScheduleStore(ABC):
         *,
         tuning_secs: Mapping[int, float] | None = None,
         owner: str | None = None,
+        replayed: bool = False,
     ) -> int:
         """Store records in one transaction and update job progress and Schedules.
 
@@ -334,6 +338,11 @@ class ScheduleStore(ABC):
         With ``owner`` (fencing), every job named must be held by ``owner``, checked in the
         same transaction: otherwise LeaseLost and nothing is stored. A job cancelled while
         its owner ran it is still the owner's, so what was in flight is stored.
+
+        ``replayed``: the records come from the result journal (``tunehub.db.journal``), so
+        a second replay must change nothing: each new record adds one to its job's
+        ``replayed``, and a job's ``tuning_secs`` are added only if one of its records in the
+        batch is new.
         """
 
     @abstractmethod

@@ -167,6 +167,11 @@ class JobRow(Base):
     # Runners claim the highest priority first: people's jobs (0) before jobs that lookups
     # queued (below 0), then the longest waiting.
     priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Claims after the first (``started_at`` stays the first start) and the last one's time.
+    resumes: Mapped[int] = mapped_column(Integer, server_default="0")
+    resumed_at: Mapped[datetime | None]
+    # Records that reached the store through the result journal (tunehub.db.journal).
+    replayed: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class RecordRow(Base):

@@ -25,6 +25,7 @@ from tunehub.db import (
     StoreUnavailable,
     check_at_head,
 )
+from tunehub.db.journal import ResultJournal
 from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.registry import TEMPLATES, get_template
 from tunehub.service import dashboard
@@ -198,6 +199,11 @@ def create_app(
                 lease_secs=settings.lease_secs,
                 db_outage_secs=settings.db_outage_secs,
                 replica_id=settings.replica_id,
+                journal=(
+                    ResultJournal.in_home(settings.home, max_bytes=settings.journal_max_bytes)
+                    if settings.journal_max_bytes
+                    else None
+                ),
                 fair_share=settings.fair_share,
             )
             if settings.ray_address:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tunehub.core import Job, JobState, Target, Worker, utc_now
 from tunehub.core.fairshare import FairShare
 from tunehub.core.owner import DEFAULT_LEASE_SECS, new_owner, owner_replica
+from tunehub.db.journal import ReplayReport, ResultJournal
 from tunehub.db.store import JobNotFound, ScheduleStore, StoreUnavailable
 from tunehub.kernels.build import dir_problem
 from tunehub.service import metrics
@@ -149,6 +150,7 @@ class JobRunner:
         db_outage_secs: float = DB_OUTAGE_SECS,
         owner: str | None = None,
         replica_id: str | None = None,
+        journal: ResultJournal | None = None,
         fair_share: FairShare | None = FAIR_SHARE,
     ) -> None:
         self.store = store
@@ -164,6 +166,9 @@ class JobRunner:
         self.owner = owner or new_owner(replica_id)
         self.lease_secs = lease_secs
         self.db_outage_secs = db_outage_secs
+        # Where results wait when the database is away past db_outage_secs (replayed before
+        # this runner claims anything, so a resumed job never measures them again).
+        self.journal = journal
         self.leases = LeaseKeeper(store, lease_secs=lease_secs)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -330,9 +335,22 @@ class JobRunner:
         with self._lock:
             return any(w.thread is not None and w.thread.is_alive() for w in self._workers)
 
+    def replay_journal(self) -> ReplayReport | None:
+        """Store what the result journal holds (a crash or an outage left it), before any
+        job is claimed; None when it is empty. Raises StoreUnavailable if the store is away."""
+        if self.journal is None or not self.journal:
+            return None
+        report = self.journal.replay(self.store)
+        for job_id, count in sorted(report.stored.items(), key=lambda kv: kv[0] or 0):
+            if count:
+                log.warning("job %s: %d result(s) replayed from the result journal", job_id,
+                            count)  # fmt: skip
+        return report
+
     def start(self) -> None:
         self.check_health()
         try:
+            self.replay_journal()
             self.take_back()
             self.requeue_expired()
         except Exception:
@@ -417,6 +435,12 @@ class JobRunner:
                     continue
                 if not worker.available():  # its target's actors are gone: claim nothing
                     self._stop.wait(self.poll_secs)
+                    continue
+                try:
+                    self.replay_journal()  # what an outage or a crash left, before any claim
+                except StoreUnavailable as exc:
+                    log.debug("the result journal waits for the database: %s", exc)
+                    self._stop.wait(self.poll_secs * 4)
                     continue
                 job = self.store.claim_job(
                     owner=self.owner,
@@ -504,6 +528,7 @@ class JobRunner:
                 tuning_secs_before=job.tuning_secs,
                 owner=job.owner,
                 db_outage_secs=self.db_outage_secs,
+                journal=self.journal,
             ).run()
         except DatabaseOutage as exc:
             log.error("job %d failed: %s", job.id, exc)

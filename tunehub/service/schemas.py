@@ -217,8 +217,26 @@ class JobOut(BaseModel):
     best_median_secs: float | None = Field(description="Median time of that trial.")
     best_record_uid: str | None = Field(description="uid of that trial's record.")
     created_at: datetime = Field(description="When the job was submitted (UTC).")
-    started_at: datetime | None = Field(description="When a runner started it (UTC).")
+    started_at: datetime | None = Field(
+        description="When a runner first started it (UTC); a resume keeps it."
+    )
     finished_at: datetime | None = Field(description="When it ended (UTC).")
+    resumes: int = Field(
+        default=0,
+        description="How often it was resumed: claimed again after it had started (its time "
+        "slice was over, the service restarted, its runner lost its lease).",
+    )
+    resumed_at: datetime | None = Field(default=None, description="When it last resumed (UTC).")
+    replayed: int = Field(
+        default=0,
+        description="Results measured while the database was away past "
+        "TUNEHUB_DB_OUTAGE_SECS that reached it later through the result journal.",
+    )
+    summary: str = Field(
+        default="",
+        description="What happened to it beyond its state, in words (resumes, results "
+        "replayed from the journal); empty when nothing did.",
+    )
     error: str = Field(description="Why it failed or was cancelled; empty otherwise.")
     submitted_by: str | None = Field(
         default=None,
@@ -263,10 +281,33 @@ class JobOut(BaseModel):
             created_at=job.created_at,
             started_at=job.started_at,
             finished_at=job.finished_at,
+            resumes=job.resumes,
+            resumed_at=job.resumed_at,
+            replayed=job.replayed,
+            summary=job_summary(job),
             error=public_error(job.error),
             submitted_by=submitted_by,
             queued_by_lookup=job.from_lookup,
         )
+
+
+def job_summary(job: Job) -> str:
+    """What happened to ``job`` beyond its state, in words ("" when nothing did).
+
+    >>> from tunehub.core import JobSpec, JobState, Workload, utc_now
+    >>> spec = JobSpec(Workload(m=8, n=8, k=8), "t" * 64)
+    >>> job_summary(Job(1, spec, JobState.SUCCEEDED, 4, utc_now(), resumes=2, replayed=3))
+    'resumed 2 times; 3 results measured while the database was away replayed from the journal'
+    """
+    parts = []
+    if job.resumes:
+        parts.append(f"resumed {job.resumes} time{'s' if job.resumes != 1 else ''}")
+    if job.replayed:
+        parts.append(
+            f"{job.replayed} result{'s' if job.replayed != 1 else ''} measured while the "
+            "database was away replayed from the journal"
+        )
+    return "; ".join(parts)
 
 
 class JobListOut(BaseModel):

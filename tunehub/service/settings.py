@@ -200,7 +200,16 @@ class Settings(BaseSettings):
         default=120.0,
         gt=0,
         description="How long a running job keeps its results in memory while the database "
-        "cannot be reached; longer, and the job fails naming the outage.",
+        "cannot be reached; longer, and they go to the result journal (TUNEHUB_JOURNAL_MAX_"
+        "BYTES) until it is back.",
+    )
+    journal_max_bytes: int = Field(
+        default=64 << 20,
+        ge=0,
+        description="Size limit of the result journal ($TUNEHUB_HOME/journal/results.jsonl): "
+        "results measured while the database is away past TUNEHUB_DB_OUTAGE_SECS wait there, "
+        "fsynced, and are stored when it is back (also after a restart). 0: no journal (the "
+        "job fails after the outage limit).",
     )
     health_check_secs: float = Field(
         default=10.0, gt=0, description="How often the runner checks the build dir and database."

@@ -21,7 +21,11 @@ Stores are fenced by the job's ``owner`` (the holder of its lease): if the lease
 job went back to the queue, perhaps to another replica) the session stops at once, cutting
 short what is in flight, and writes nothing more (``stopped_by="lease_lost"``). While the
 database cannot be reached, results are kept in memory, in arrival order, and stored when it
-returns; if it stays away longer than ``db_outage_secs`` the session raises DatabaseOutage.
+returns. If it stays away longer than ``db_outage_secs``, they go to the result journal on
+local disk (``tunehub.db.journal``: fsynced, bounded) and so does every result after them,
+while the job goes on; when the database answers again the journal is replayed into it first
+(``replayed`` counts this job's results it stored). Only a full journal (or none, or a disk
+that fails) ends the job with DatabaseOutage; what the journal took is stored all the same.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.cost_model.registry import ModelCache
+from tunehub.db.journal import JournalEntry, JournalFull, ResultJournal
 from tunehub.db.store import LeaseLost, ScheduleStore, StoreUnavailable
 from tunehub.kernels.base import Template
 from tunehub.kernels.registry import get_template
@@ -77,16 +82,31 @@ DB_RETRY_SECS = 1.0
 
 
 class DatabaseOutage(RuntimeError):
-    """The database stayed unreachable longer than the session may keep results waiting."""
+    """The database stayed unreachable longer than the session may keep results waiting, and
+    the result journal could not take them (none, full, or its disk failed)."""
 
-    def __init__(self, outage_secs: float, limit_secs: float, unstored: int, reason: str) -> None:
+    def __init__(
+        self,
+        outage_secs: float,
+        limit_secs: float,
+        unstored: int,
+        reason: str,
+        *,
+        journaled: int = 0,
+    ) -> None:
+        kept = (
+            f"{journaled} result(s) wait in the result journal and are stored when it is back; "
+            if journaled
+            else ""
+        )
         super().__init__(
             f"the database was unreachable for {outage_secs:.0f} s, longer than the "
-            f"{limit_secs:g} s allowed (TUNEHUB_DB_OUTAGE_SECS); {unstored} result(s) measured "
-            f"meanwhile could not be stored; last error: {reason}"
+            f"{limit_secs:g} s allowed (TUNEHUB_DB_OUTAGE_SECS); {kept}{unstored} result(s) "
+            f"measured meanwhile could not be stored; last error: {reason}"
         )
         self.outage_secs = outage_secs
         self.unstored = unstored
+        self.journaled = journaled
 
 
 @dataclass(frozen=True)
@@ -113,6 +133,10 @@ class SessionResult:
     error: str = ""
     machine_failures: int = 0
     baselines: tuple[MeasureRecord, ...] = field(default=())
+    # Results of this run written to the result journal during an outage, and results of this
+    # job the journal's replays stored.
+    journaled: int = 0
+    replayed: int = 0
 
 
 @dataclass(eq=False)
@@ -171,6 +195,7 @@ class Session:
         db_outage_secs: float = DB_OUTAGE_SECS,
         guard_policy: GuardPolicy | None = None,
         max_noisy_in_a_row: int = MAX_NOISY_IN_A_ROW,
+        journal: ResultJournal | None = None,
     ) -> None:
         self.store = store
         self.measurer = measurer
@@ -205,6 +230,12 @@ class Session:
         self._outage_since: float | None = None
         self._outage_reason = ""
         self._tried_at = float("-inf")
+        # Past db_outage_secs, results go to the journal (None: the session fails instead).
+        self.journal = journal
+        self._journaling = False  # this outage outlasted the limit: results go to the journal
+        self._journal_waiting = False  # entries written here and not replayed yet
+        self.journaled = 0
+        self.replayed = 0
 
     def request(self, config: Config, template: Template | None = None) -> MeasureRequest:
         template = template or self.template
@@ -523,6 +554,8 @@ class Session:
             error=error,
             machine_failures=machine_failures,
             baselines=tuple(baselines),
+            journaled=self.journaled,
+            replayed=self.replayed,
         )
 
     # --- the trust guard ----------------------------------------------------------------------
@@ -643,39 +676,50 @@ class Session:
         self._flush()  # during an outage, tried once a DB_RETRY_SECS, not per result
 
     def _flush(self) -> bool:
-        """Store the waiting results in order; False while the database is away (tried at
-        most every DB_RETRY_SECS then). Raises DatabaseOutage past the limit, and LeaseLost
-        if the job is no longer ours."""
-        if not self._pending:
+        """Store the waiting results in order, after what this session journaled; False while
+        the database is away (tried at most every DB_RETRY_SECS then; past the limit, results
+        go to the journal at once). Raises DatabaseOutage past the limit when the journal
+        cannot take them, and LeaseLost if the job is no longer ours."""
+        if not self._pending and not self._journal_waiting:
             return True
         clock = time.monotonic()
         if self._outage_since is not None and clock - self._tried_at < DB_RETRY_SECS:
+            if self._journaling:
+                self._to_journal(clock)
             return False
         self._tried_at = clock
-        while self._pending:
-            record, tuning = self._pending[0]
-            secs = {self.job_id: tuning} if self.job_id is not None and tuning > 0 else None
-            try:
+        try:
+            if self._journal_waiting:
+                self._replay()
+            while self._pending:
+                record, tuning = self._pending[0]
+                secs = {self.job_id: tuning} if self.job_id is not None and tuning > 0 else None
                 self.store.commit_records(
                     [record] if record is not None else [], tuning_secs=secs, owner=self.owner
                 )
-            except StoreUnavailable as exc:
-                self._outage_reason = str(exc)
-                if self._outage_since is None:
-                    self._outage_since = clock
+                self._pending.pop(0)
+        except StoreUnavailable as exc:
+            self._outage_reason = str(exc)
+            if self._outage_since is None:
+                self._outage_since = clock
+                log.warning(
+                    "job %s: the database is away; results wait in memory (up to %g s): %s",
+                    self.job_id,
+                    self.db_outage_secs,
+                    exc,
+                )
+            if clock - self._outage_since > self.db_outage_secs:
+                if not self._journaling and self.journal is not None:
                     log.warning(
-                        "job %s: the database is away; results wait in memory (up to %g s): %s",
+                        "job %s: the database has been away for more than %g s; results go "
+                        "to the result journal %s until it is back",
                         self.job_id,
                         self.db_outage_secs,
-                        exc,
+                        self.journal.path,
                     )
-                away = clock - self._outage_since
-                if away > self.db_outage_secs:
-                    raise DatabaseOutage(
-                        away, self.db_outage_secs, len(self._pending), self._outage_reason
-                    ) from exc
-                return False
-            self._pending.pop(0)
+                self._journaling = True
+                self._to_journal(clock, cause=exc)
+            return False
         if self._outage_since is not None:
             log.warning(
                 "job %s: the database is back after %.1f s; waiting results stored",
@@ -683,11 +727,63 @@ class Session:
                 clock - self._outage_since,
             )
             self._outage_since = None
+            self._journaling = False
         return True
 
+    def _to_journal(self, clock: float, cause: BaseException | None = None) -> None:
+        """Move the results waiting in memory to the journal (a result's tuning seconds ride
+        with it; seconds after the last result wait in memory). DatabaseOutage if it cannot
+        take them."""
+        away = clock - (self._outage_since or clock)
+        if self.journal is None:
+            raise DatabaseOutage(
+                away, self.db_outage_secs, len(self._pending), self._outage_reason
+            ) from cause
+        entries: list[JournalEntry] = []
+        spare = 0.0
+        for record, secs in self._pending:
+            if record is None:
+                spare += secs
+                continue
+            entries.append(JournalEntry(record, tuning_secs=secs + spare))
+            spare = 0.0
+        if not entries:
+            return
+        try:
+            self.journal.append(entries)
+        except (JournalFull, OSError) as exc:
+            raise DatabaseOutage(
+                away,
+                self.db_outage_secs,
+                len(entries),
+                f"{self._outage_reason}; the journal: {exc}",
+                journaled=self.journaled,
+            ) from exc
+        self.journaled += len(entries)
+        self._journal_waiting = True
+        self._pending = [(None, spare)] if spare > 0 else []
+
+    def _replay(self) -> None:
+        """Store what the journal holds (StoreUnavailable if the database is still away)."""
+        assert self.journal is not None
+        report = self.journal.replay(self.store)
+        self._journal_waiting = False
+        mine = report.stored.get(self.job_id, 0) if self.job_id is not None else 0
+        self.replayed += mine
+        log.warning(
+            "job %s: the database is back; %d of its result(s) replayed from the journal",
+            self.job_id,
+            mine,
+        )
+
     def _drain(self) -> None:
-        """Wait until every waiting result is stored (or DatabaseOutage)."""
+        """Wait until every waiting result is stored (or DatabaseOutage). A session told to
+        stop meanwhile leaves them in the journal (when it has one) and returns."""
         while not self._flush():
+            if self.journal is not None and self.should_stop():
+                self._to_journal(time.monotonic())
+                if not self._pending or all(r is None for r, _ in self._pending):
+                    return
             time.sleep(min(DB_RETRY_SECS, POLL_SECS * 5))
 
     # --- confirming the winner -----------------------------------------------------------------
@@ -853,6 +949,7 @@ def session_for_job(
     models: ModelCache | None = None,
     owner: str | None = None,
     db_outage_secs: float = DB_OUTAGE_SECS,
+    journal: ResultJournal | None = None,
 ) -> Session:
     """The Session that serves ``spec``: its template's space, the strategy (built from the
     registry with the job's context: the store's history, the template's seed configs, and
@@ -904,4 +1001,5 @@ def session_for_job(
         confirm_top=confirm_top,
         owner=owner,
         db_outage_secs=db_outage_secs,
+        journal=journal,
     )
