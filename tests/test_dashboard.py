@@ -587,11 +587,16 @@ def test_job_page_of_an_unknown_job_says_so(
 class DevTools:
     """A Chromium driven over ``--remote-debugging-pipe`` (commands on fd 3, replies on fd 4)."""
 
-    def __init__(self, chromium: str, profile: Path) -> None:
+    def __init__(self, chromium: str, profile: Path, extra_flags: tuple[str, ...] = ()) -> None:
         to_chrome, self._out = os.pipe()
         self._in, from_chrome = os.pipe()
         script = f'exec "$0" "$@" 3<&{to_chrome} 4>&{from_chrome}'
-        args = [*CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe"]
+        args = [
+            *CHROMIUM_FLAGS,
+            *extra_flags,
+            f"--user-data-dir={profile}",
+            "--remote-debugging-pipe",
+        ]
         self.proc = subprocess.Popen(
             ["bash", "-c", script, chromium, *args, "about:blank"],
             pass_fds=(to_chrome, from_chrome),
@@ -798,6 +803,9 @@ def test_jobs_page_submits_a_job_with_the_key_and_shows_what_is_refused(
             assert browser.evaluate(page, form_hidden) is True, "no key: no submit form"
             enter_key(browser, page, key)
             assert browser.evaluate(page, form_hidden) is False
+            # the form's choices come from GET /api/v1/targets
+            target = "document.querySelector('#submit-form [name=target]').value"
+            assert browser.wait_for(page, target) == "local-cpu"
             set_field = "document.querySelector('#submit-form [name={}]').value = '{}'"
             for name, value in (("m", "48"), ("n", "40"), ("k", "32"), ("max_secs", "604800")):
                 browser.evaluate(page, set_field.format(name, value))

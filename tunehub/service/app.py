@@ -261,6 +261,9 @@ def create_app(
         version=tunehub.__version__,
         summary="Autotuning service for compute kernels: submit tuning jobs, look up schedules.",
         lifespan=lifespan,
+        # /docs and /redoc come from dashboard.mount_api_docs: FastAPI's own load a CDN's files.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     lookup_cache = LookupCache(
@@ -367,6 +370,8 @@ def create_app(
     app.include_router(metrics_router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)
+    dashboard.mount_api_docs(app)
+    dashboard.install_not_found(app)
     # Outermost last: headers on every answer, then hosts, cached lookups, cross-site writes,
     # CORS, bodies.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,

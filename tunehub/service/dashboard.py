@@ -1,14 +1,20 @@
-"""Dashboard: the HTML page routes (jobs, workers, schedules, models) and their /static mount."""
+"""Dashboard: the HTML page routes (jobs, workers, schedules, models), their /static mount, the
+dashboard's 404 page, and the API's documentation pages (/docs, /redoc) served offline."""
 
 from __future__ import annotations
 
+import html
 import os
+from importlib.resources import files
 from os import PathLike
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI
-from fastapi.responses import FileResponse, Response
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -71,3 +77,77 @@ class _RevalidatedStaticFiles(StaticFiles):
 def mount_static(app: FastAPI) -> None:
     """Serve the dashboard's CSS and scripts under ``/static``."""
     app.mount(STATIC_URL, _RevalidatedStaticFiles(directory=STATIC_DIR), name="static")
+
+
+# --- the 404 page ----------------------------------------------------------------------------
+
+# Paths whose 404 stays JSON whatever the client accepts: the API and its machine-read files.
+API_PREFIXES = ("/api/", "/healthz", "/openapi.json", STATIC_URL + "/", "/docs/assets/")
+
+
+def wants_page(request: Request) -> bool:
+    """Whether a 404 here is a browser's: a GET of a dashboard path that accepts HTML."""
+    path = request.url.path
+    if request.method not in ("GET", "HEAD") or path == "/api" or path.startswith(API_PREFIXES):
+        return False
+    return "text/html" in request.headers.get("accept", "")
+
+
+def not_found_page(path: str) -> HTMLResponse:
+    """The dashboard's 404: what was asked for, and the way home."""
+    template = (STATIC_DIR / "404.html").read_text(encoding="utf-8")
+    body = template.replace("{{path}}", html.escape(path[:300]))
+    return HTMLResponse(body, status_code=404, headers=NO_CACHE)
+
+
+def install_not_found(app: FastAPI) -> None:
+    """Answer a browser's 404 on a dashboard path with a page linking home; the API (and any
+    client that does not ask for HTML) keeps FastAPI's JSON ``{"detail": ...}``."""
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 404 and wants_page(request):
+            return not_found_page(request.url.path)
+        return await http_exception_handler(request, exc)
+
+    app.add_exception_handler(StarletteHTTPException, not_found)
+
+
+# --- the API's documentation, offline ----------------------------------------------------------
+
+# Swagger UI's and ReDoc's files as the fastapi-offline package installs them: the pages load
+# nothing from outside the service, so they work on a cluster with no internet.
+DOCS_ASSETS_URL = "/docs/assets"
+
+
+def docs_assets_dir() -> Path:
+    return Path(str(files("fastapi_offline") / "static"))
+
+
+def mount_api_docs(app: FastAPI, openapi_url: str = "/openapi.json") -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` (ReDoc) from the installed assets. The app is made
+    with ``docs_url=None, redoc_url=None`` (FastAPI's own pages load them from a CDN)."""
+    app.mount(DOCS_ASSETS_URL, StaticFiles(directory=docs_assets_dir()), name="docs-assets")
+    favicon = f"{DOCS_ASSETS_URL}/favicon.png"
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} API",
+            swagger_js_url=f"{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=favicon,
+            # No badge that sends the schema's address to swagger.io's online validator.
+            swagger_ui_parameters={"validatorUrl": None},
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} API",
+            redoc_js_url=f"{DOCS_ASSETS_URL}/redoc.standalone.js",
+            redoc_favicon_url=favicon,
+            with_google_fonts=False,
+        )

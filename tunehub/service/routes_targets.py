@@ -7,11 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
 
-from tunehub.core import utc_now
+from tunehub.core import Target, utc_now
+from tunehub.core.job import DEFAULT_STRATEGY
 from tunehub.core.worker import LIVE_SECS
+from tunehub.kernels.registry import TEMPLATES
 from tunehub.service.auth import KeyedRoute, ReadAccess
 from tunehub.service.deps import LocalTargetsDep, StoreDep
-from tunehub.service.schemas import NAME_PATTERN, TargetListOut, TargetOut
+from tunehub.service.schemas import NAME_PATTERN, TargetListOut, TargetOut, TemplateOptionsOut
+from tunehub.tuner import strategy_names
 
 router = APIRouter(
     prefix="/api/v1/targets", tags=["targets"], route_class=KeyedRoute, dependencies=[ReadAccess]
@@ -23,19 +26,49 @@ TargetKey = Annotated[
 ]
 
 
+def template_options(target: Target) -> list[TemplateOptionsOut]:
+    """The tunable templates of ``target``'s kind and what each runs on it. A template whose
+    capabilities cannot be read (a plugin that fails to load) is left out, not an error."""
+    found = []
+    for name in TEMPLATES.names():
+        try:
+            template = TEMPLATES.get(name)
+            if template.baseline or template.device_kind != target.kind:
+                continue
+            caps = template.capabilities(target)
+        except Exception:
+            continue
+        found.append(
+            TemplateOptionsOut(
+                name=template.name,
+                version=template.version,
+                dtypes=list(caps.dtypes),
+                epilogues=list(caps.epilogues),
+                a_layouts=list(caps.a_layouts),
+                b_layouts=list(caps.b_layouts),
+                allow_tf32=caps.tf32,
+            )
+        )
+    return found
+
+
 @router.get("", response_model=TargetListOut, operation_id="list_targets", summary="List targets")
 def list_targets(store: StoreDep, local: LocalTargetsDep) -> TargetListOut:
     """Every stored target with its live workers (those that reported in the last 30 s), live
-    targets first. A job may name any of them; one with no live worker waits in the queue."""
+    targets first, each with the templates a job on it may name and what they run there; and
+    the search strategies. A job may name any target; one with no live worker waits in the
+    queue."""
     since = utc_now() - timedelta(seconds=LIVE_SECS)
     workers = store.list_workers(live_since=since)
     items = []
     for target in store.list_targets():
         mine = [w for w in workers if w.target_key == target.target_key]
         aliases = sorted(a for a, t in local.items() if t.target_key == target.target_key)
-        items.append(TargetOut.from_core(target, mine, aliases))
+        items.append(TargetOut.from_core(target, mine, aliases, template_options(target)))
     items.sort(key=lambda t: not t.live)
-    return TargetListOut(items=items)
+    return TargetListOut(
+        items=items, strategies=list(strategy_names()), default_strategy=DEFAULT_STRATEGY
+    )
 
 
 @router.get(
@@ -48,4 +81,4 @@ def get_target(target_key: TargetKey, store: StoreDep, local: LocalTargetsDep) -
     since = utc_now() - timedelta(seconds=LIVE_SECS)
     workers = store.list_workers(target_key=target.target_key, live_since=since)
     aliases = sorted(a for a, t in local.items() if t.target_key == target.target_key)
-    return TargetOut.from_core(target, workers, aliases)
+    return TargetOut.from_core(target, workers, aliases, template_options(target))

@@ -705,6 +705,18 @@ class WorkerOut(BaseModel):
         )
 
 
+class TemplateOptionsOut(BaseModel):
+    """A template a job on a target may name, and what it runs there (its capabilities)."""
+
+    name: str = Field(description="Template name, e.g. `blis.gemm`.")
+    version: int = Field(description="Template version.")
+    dtypes: list[str] = Field(description="Element types it has kernels of on this target.")
+    epilogues: list[str] = Field(description="Epilogues it fuses.")
+    a_layouts: list[str] = Field(description="Layouts of A it reads.")
+    b_layouts: list[str] = Field(description="Layouts of B it reads.")
+    allow_tf32: bool = Field(description="Whether it takes `allow_tf32` float32 workloads.")
+
+
 class TargetOut(BaseModel):
     """A device fingerprint and its live workers."""
 
@@ -725,9 +737,20 @@ class TargetOut(BaseModel):
     live: bool = Field(description="Whether a worker of this target reported recently.")
     aliases: list[str] = Field(description="Names this service also accepts, e.g. `local-cpu`.")
     workers: list[WorkerOut] = Field(description="Its live workers.")
+    templates: list[TemplateOptionsOut] = Field(
+        default_factory=list,
+        description="The templates a job on this target may name, with the dtypes, "
+        "epilogues and layouts each runs here (what the dashboard's submit form offers).",
+    )
 
     @classmethod
-    def from_core(cls, target: Target, workers: list[Worker], aliases: list[str]) -> TargetOut:
+    def from_core(
+        cls,
+        target: Target,
+        workers: list[Worker],
+        aliases: list[str],
+        templates: list[TemplateOptionsOut] | None = None,
+    ) -> TargetOut:
         return cls(
             target_key=target.target_key,
             family_key=target.family_key,
@@ -746,13 +769,20 @@ class TargetOut(BaseModel):
             live=bool(workers),
             aliases=aliases,
             workers=[WorkerOut.from_core(w) for w in workers],
+            templates=templates or [],
         )
 
 
 class TargetListOut(BaseModel):
-    """Every stored target, live ones first."""
+    """Every stored target, live ones first, and the search strategies a job may name."""
 
     items: list[TargetOut] = Field(description="The targets.")
+    strategies: list[str] = Field(
+        default_factory=list, description="Registered search strategies, by name."
+    )
+    default_strategy: str = Field(
+        default=DEFAULT_STRATEGY, description="The strategy of a job that names none."
+    )
 
 
 class HealthOut(BaseModel):

@@ -289,8 +289,30 @@ async function load() {
   return ACTIVE_STATES.has(job.state) ? REFRESH_MS : 0;
 }
 
-/** The global model's predicted time against each ok record's measured time (hidden when no
- * model is registered for the job's target family). */
+/** Why the predicted-against-measured chart is absent: no model in use for the job's target
+ * family and template yet, or no ok measurement to compare. */
+function noPredictions(model) {
+  if (model) {
+    return el("div", { class: "teaching" }, el("p", {}, `Model ${model.label} is in use for this job's target family; the chart appears with the job's first ok measurement.`));
+  }
+  return el(
+    "div",
+    { class: "teaching" },
+    el("p", {}, "No cost model is in use for this job's target family and template yet, so there is nothing to compare its measured times against."),
+    el(
+      "p",
+      {},
+      "The service's background trainer trains one once the family has ",
+      el("code", {}, "TUNEHUB_TRAIN_MIN_NEW_RECORDS"),
+      " (200 by default) new measurements, and uses it only if it beats the template's analytical default on held-out workloads. Every trained model, used or refused, and why, is on the ",
+      el("a", { href: "/models" }, "Models"),
+      " page.",
+    ),
+  );
+}
+
+/** The global model's predicted time against each ok record's measured time; before there is
+ * a model (or a measurement), why not. */
 async function renderPredictions() {
   let out;
   try {
@@ -300,12 +322,19 @@ async function renderPredictions() {
   }
   const panel = document.getElementById("prediction-panel");
   const items = Array.isArray(out.items) ? out.items : [];
-  panel.hidden = !out.model || !items.length;
-  if (panel.hidden) return;
+  panel.hidden = false;
+  const chart = document.getElementById("prediction-chart");
+  if (!out.model || !items.length) {
+    panel.dataset.state = out.model ? "no-records" : "no-model";
+    document.getElementById("prediction-model").textContent = out.model ? `model ${out.model.label}` : "no model yet";
+    fill(chart, noPredictions(out.model));
+    return;
+  }
+  panel.dataset.state = "shown";
   const rho = isNum(out.spearman) ? `, Spearman ${out.spearman.toFixed(2)}` : "";
   document.getElementById("prediction-model").textContent =
     `model ${out.model.label}, ${items.length} records${rho}`;
-  drawPredictionChart(document.getElementById("prediction-chart"), items);
+  drawPredictionChart(chart, items);
 }
 
 /** Fetch the records stored since the last call (every page of them) and keep them. */

@@ -34,7 +34,7 @@ function queryInt(name, fallback, lo, hi) {
 function emptyRow() {
   const curl =
     `curl -X POST ${location.origin}/api/v1/jobs \\\n` +
-    '  -H "Content-Type: application/json" \\\n' +
+    '  -H "X-API-Key: $TUNEHUB_API_KEY" -H "Content-Type: application/json" \\\n' +
     '  -d \'{"workload": {"m": 256, "n": 256, "k": 256, "dtype": "float32"}, "budget": {"max_trials": 32}}\'';
   return el(
     "tr",
@@ -42,10 +42,12 @@ function emptyRow() {
     el(
       "td",
       { colspan: COLUMNS, class: "empty wrap" },
-      el("p", {}, el("strong", {}, "No tuning jobs yet."), " Tune a GEMM on this machine's CPU:"),
-      el("pre", {}, "tunehub tune 256 256 256 --trials 32"),
-      el("p", {}, "or submit a job to this service:"),
+      el("p", {}, el("strong", {}, "No tuning jobs yet."), " A job tunes one GEMM shape on one target and stores its best schedule, which lookups then serve."),
+      el("p", {}, "Submit one with the form above once an API key is set (an operator makes one: ", el("code", {}, "tunehub keys create --scope write"), "), or over HTTP:"),
       el("pre", {}, curl),
+      el("p", {}, "or tune on this machine from the command line, into the same database (same ", el("code", {}, "TUNEHUB_HOME"), "):"),
+      el("pre", {}, "tunehub tune 256 256 256 --trials 32"),
+      el("p", {}, "Each job's page then draws its best-so-far curve against the vendor library as trials arrive."),
     ),
   );
 }
@@ -60,8 +62,8 @@ function jobRow(job) {
     el("td", {}, progressCell(job)),
     el("td", { class: "num best-gflops" }, bestGflops(job.best)),
     el("td", { class: `num ${speedupClass(job.best)}` }, speedupText(job.best)),
-    el("td", {}, el("a", { href }, orDash(job.workload_label))),
-    el("td", { class: "clip", title: orDash(job.target_label) }, orDash(job.target_label)),
+    el("td", { class: "workload" }, el("a", { href }, orDash(job.workload_label))),
+    el("td", { class: "clip target", title: orDash(job.target_label) }, orDash(job.target_label)),
     el("td", {}, orDash(job.template)),
     el("td", {}, timeCell(job.created_at)),
   );
@@ -132,15 +134,100 @@ function describeError(err) {
   return err.message;
 }
 
+// --- the submit form: what the service runs, from GET /api/v1/targets ----------------------
+
+let offers = null; // {targets: [{value, label, templates}], strategies, defaultStrategy}
+
+/** The targets a job here runs on: live ones, and this service's own (local-cpu, ...). */
+function runnableTargets(items) {
+  return items
+    .filter((t) => t.live || (Array.isArray(t.aliases) && t.aliases.length > 0))
+    .filter((t) => Array.isArray(t.templates) && t.templates.length > 0)
+    .map((t) => ({
+      value: t.aliases?.[0] ?? t.target_key,
+      label: t.aliases?.length ? `${t.aliases[0]}: ${t.label}` : t.label,
+      title: `${t.label}\n${t.target_key}${t.live ? "" : "\nno live worker yet: the job waits for one"}`,
+      templates: t.templates,
+    }));
+}
+
+/** Replace `select`'s options with `values` ([value, label, title?]), keeping the choice if
+ * it is still offered, else `preferred`, else the first. */
+function offer(select, values, preferred) {
+  const previous = select.value;
+  fill(select, values.map(([value, label, title]) => el("option", { value, title }, label ?? value)));
+  const has = (v) => values.some(([value]) => value === v);
+  select.value = has(previous) ? previous : has(preferred) ? preferred : values[0]?.[0] ?? "";
+}
+
+function chosen(form) {
+  const target = offers?.targets.find((t) => t.value === form.elements.target.value);
+  const template = target?.templates.find((t) => t.name === form.elements.template.value);
+  return { target, template };
+}
+
+/** Fill the form's choices down from the chosen target: templates, then dtypes and epilogues. */
+function refreshChoices(form) {
+  if (!offers) return;
+  offer(form.elements.target, offers.targets.map((t) => [t.value, t.label, t.title]));
+  const { target } = chosen(form);
+  offer(form.elements.template, (target?.templates ?? []).map((t) => [t.name, `${t.name} v${t.version}`]));
+  const { template } = chosen(form);
+  offer(form.elements.dtype, (template?.dtypes ?? []).map((d) => [d]), "float32");
+  offer(form.elements.epilogue, (template?.epilogues ?? []).map((e) => [e]), "none");
+  const tf32 = Boolean(template?.allow_tf32) && form.elements.dtype.value === "float32";
+  document.getElementById("tf32-field").hidden = !tf32;
+  if (!tf32) form.elements.allow_tf32.checked = false;
+  const names = offers.strategies.length ? offers.strategies : [offers.defaultStrategy];
+  offer(form.elements.strategy, names.map((s) => [s, s === offers.defaultStrategy ? `${s} (default)` : s]), offers.defaultStrategy);
+}
+
+async function loadOffers() {
+  const form = document.getElementById("submit-form");
+  const note = document.getElementById("submit-note");
+  let answer;
+  try {
+    answer = await fetchJson("/targets");
+  } catch (err) {
+    note.textContent = `Could not read what this service runs: ${err.message}`;
+    return;
+  }
+  const items = Array.isArray(answer.items) ? answer.items : [];
+  const targets = runnableTargets(items);
+  offers = {
+    targets,
+    strategies: Array.isArray(answer.strategies) ? answer.strategies : [],
+    defaultStrategy: answer.default_strategy || "transfer",
+  };
+  refreshChoices(form);
+  const idle = items.length - targets.length;
+  note.textContent = targets.length === 0
+    ? "No target can run a job now: no worker has reported. Start one with `tunehub serve` (or `tunehub worker` on a Ray node)."
+    : idle > 0
+      ? `Offered: what this service can run now. ${idle} other stored target${idle > 1 ? "s have" : " has"} no live worker.`
+      : "Offered: what this service can run now, from GET /api/v1/targets.";
+  document.getElementById("submit-button").disabled = targets.length === 0;
+}
+
 async function submitJob(event) {
   event.preventDefault();
   const form = event.target;
   const data = new FormData(form);
   const number = (name) => Number(data.get(name));
+  const workload = {
+    op: "matmul",
+    m: number("m"),
+    n: number("n"),
+    k: number("k"),
+    dtype: data.get("dtype"),
+    epilogue: data.get("epilogue"),
+  };
+  if (data.get("allow_tf32")) workload.allow_tf32 = true;
   const body = {
-    workload: { op: "matmul", m: number("m"), n: number("n"), k: number("k"), dtype: data.get("dtype") },
+    workload,
     target: data.get("target"),
     template: data.get("template"),
+    strategy: data.get("strategy"),
     budget: { max_trials: number("max_trials"), max_secs: number("max_secs") },
   };
   const button = document.getElementById("submit-button");
@@ -162,11 +249,16 @@ async function submitJob(event) {
 }
 
 const askKey = mountKeyBox();
-document.getElementById("submit-form").addEventListener("submit", submitJob);
+const submitForm = document.getElementById("submit-form");
+submitForm.addEventListener("submit", submitJob);
+submitForm.addEventListener("change", (event) => {
+  if (["target", "template", "dtype"].includes(event.target.name)) refreshChoices(submitForm);
+});
 document.getElementById("submit-needs-key").addEventListener("click", () => askKey());
 onKeyChange((key) => {
-  document.getElementById("submit-form").hidden = !key;
+  submitForm.hidden = !key;
   document.getElementById("submit-needs-key").hidden = Boolean(key);
+  if (key) loadOffers();
 });
 const reload = poll(load);
 window.addEventListener("popstate", () => reload());

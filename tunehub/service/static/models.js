@@ -42,7 +42,11 @@ function row(model) {
       "td",
       { class: "model-label" },
       model.label,
-      el("div", { class: "subtle family" }, model.target_label || model.family_key.slice(0, 12)),
+      el(
+        "div",
+        { class: "subtle family family-name clip-line", title: `${model.target_label || "target family"}\n${model.family_key}` },
+        model.target_label || model.family_key.slice(0, 12),
+      ),
       el("div", { class: "subtle family" }, "registered ", timeCell(model.created_at)),
     ),
     el("td", { class: "verdict" }, el("span", { class: `badge model-${kind}` }, text)),
@@ -82,6 +86,24 @@ function inUse(active) {
   );
 }
 
+/** Why there is no model yet, and how one comes. */
+function noModelYet() {
+  return [
+    el("p", {}, el("strong", {}, "No model yet."), " A global cost model ranks candidate configs for the jobs of one target family and template, and predicts the best config of shapes nobody tuned."),
+    el(
+      "p",
+      {},
+      "The service's background trainer (",
+      el("code", {}, "TUNEHUB_TRAIN_MODELS"),
+      ", on by default) looks every ",
+      el("code", {}, "TUNEHUB_TRAIN_INTERVAL_SECS"),
+      " (60 s) and trains a family's model once ",
+      el("code", {}, "TUNEHUB_TRAIN_MIN_NEW_RECORDS"),
+      " (200) new measurements of it are stored: run tuning jobs to get there. A model is used only if, held out one workload at a time, its first pick does at least as well as the template's analytical default; until then lookups answer with the default.",
+    ),
+  ];
+}
+
 async function load() {
   const table = document.querySelector("#models-table tbody");
   try {
@@ -91,8 +113,7 @@ async function load() {
     document.getElementById("models-count").textContent = `(${items.length})`;
     fill(document.getElementById("models-active"), inUse(active));
     if (!items.length) {
-      fill(table, el("tr", {}, el("td", { colspan: String(COLUMNS), class: "empty" },
-        "No model yet: the trainer registers one once enough measurements are stored.")));
+      fill(table, el("tr", { class: "empty-row" }, el("td", { colspan: String(COLUMNS), class: "empty wrap" }, noModelYet())));
     } else {
       fill(table, ...items.map(row));
     }

@@ -45,7 +45,7 @@ function row(item) {
     "tr",
     { "data-workload-key": item.workload_key, "data-target-key": item.target_key, "data-template": item.template },
     el("td", { class: "workload" }, item.workload_label),
-    el("td", { class: "clip target", title: item.target_key }, item.target_label),
+    el("td", { class: "clip target", title: `${item.target_label}\n${item.target_key}` }, item.target_label),
     el("td", {}, `${item.template} v${item.template_version}`),
     el("td", { class: "config clip", title: fmtConfig(item.config) }, fmtConfig(item.config)),
     el("td", { class: "num time" }, fmtSecs(item.median_secs)),
