@@ -103,6 +103,7 @@ def test_one_process_counts_lookups_jobs_trials_and_the_store(tmp_path: Path) ->
     assert value(found, "tunehub_store_up") == 1
     assert value(found, "tunehub_store_outage_seconds") == 0
     assert delta("tunehub_store_errors_total") == 0
+    assert value(found, "tunehub_journal_max_bytes") == 64 << 20  # the runner's journal
     assert ("tunehub_journal_bytes", ()) in found
     # This one process's own collectors come along.
     assert any(name == "process_cpu_seconds_total" for name, _ in found)
@@ -163,5 +164,8 @@ def test_two_processes_counts_add_up_in_every_scrape(tmp_path: Path) -> None:
             assert value(found, "tunehub_jobs_active", key=prefix, state="queued") == 3
             assert value(found, "tunehub_jobs_active", key="none", state="queued") == 0
             assert value(found, "tunehub_store_up") == 1
+            # No runner here: the journal's file is read by whichever process answers.
+            assert value(found, "tunehub_journal_max_bytes") == 64 << 20
+            assert value(found, "tunehub_journal_bytes") == 0
         # A key is needed where reads need one; not for these defaults.
         assert httpx.get(f"{server.url}/metrics").status_code == 200

@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from tunehub.db.journal import ResultJournal
 from tunehub.service.auth import KeyedRoute, ReadAccess
 from tunehub.service.metrics import CONTENT_TYPE, ServiceCollector, exposition
 
@@ -29,11 +30,16 @@ def collector(request: Request) -> ServiceCollector:
         return found
 
 
-def journal_of(state: Any) -> Any:
-    """The result journal (tunehub.db.journal) of the app's job runner, else one the app
-    keeps itself (``app.state.journal``), else None."""
-    runner = getattr(state, "runner", None)
-    return getattr(runner, "journal", None) or getattr(state, "journal", None)
+def journal_of(state: Any) -> ResultJournal | None:
+    """The result journal of the app's job runner; in a process without one (the others of
+    `serve --workers N`), the same file read afresh; None where there is no journal."""
+    journal: ResultJournal | None = getattr(getattr(state, "runner", None), "journal", None)
+    if journal is not None:
+        return journal
+    settings = state.settings
+    if not settings.journal_max_bytes:
+        return None
+    return ResultJournal.in_home(settings.home, max_bytes=settings.journal_max_bytes)
 
 
 @router.get(
