@@ -513,6 +513,7 @@ def test_unknown_dashboard_paths_get_a_page_and_the_api_keeps_json(
 
 
 def test_docs_pages_render_with_the_network_cut(busy_site: str, browser: Browser) -> None:
+    errors = len(browser.devtools.page_errors())
     before = len(browser.requests)
     page = browser.open(busy_site + "/docs", width=1280)
     try:
@@ -543,6 +544,9 @@ def test_docs_pages_render_with_the_network_cut(busy_site: str, browser: Browser
         browser.close_tab(page)
     assert busy_site + "/docs/assets/redoc.standalone.js" in browser.requests[before:]
     assert browser.outside() == [], "a docs page reached past the service"
+    # nothing failed, and the pages' content-security policy refused nothing (it allows only
+    # this service)
+    assert browser.devtools.page_errors()[errors:] == []
 
 
 def test_docs_assets_come_from_the_installed_package() -> None:

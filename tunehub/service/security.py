@@ -23,8 +23,13 @@ DASHBOARD_CSP = (
     "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
     "frame-ancestors 'none'"
 )
-# /docs loads Swagger UI from a CDN with an inline script: it may not be framed, no more.
-DOCS_CSP = "frame-ancestors 'none'"
+# /docs and /redoc load Swagger UI and ReDoc from this service (dashboard.mount_api_docs), with
+# an inline script and styles: nothing from elsewhere, even if a page asked.
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 API_CSP = "default-src 'none'; frame-ancestors 'none'"
 DOCS_PATHS = ("/docs", "/redoc")
 
