@@ -1,7 +1,8 @@
-"""The ``tunehub`` command line: serve, worker, tune, lookup, jobs, db, keys.
+"""The ``tunehub`` command line: serve, worker, tune, watch, lookup, jobs, db, keys.
 
-One module per command group: ``serve`` (serve, worker), ``tune``, ``lookup`` (lookup, jobs),
-``admin`` (db, keys); ``common`` holds what they share.
+One module per command group: ``serve`` (serve, worker), ``tune`` (and ``progress``, its
+output), ``watch``, ``lookup`` (lookup, jobs), ``admin`` (db, keys); ``common`` holds what
+they share.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tunehub.cli.admin import db, keys
 from tunehub.cli.lookup import jobs, lookup
 from tunehub.cli.serve import serve, worker
 from tunehub.cli.tune import tune
+from tunehub.cli.watch import watch
 
 __all__ = ["main"]
 
@@ -31,5 +33,5 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for command in (serve, worker, tune, lookup, jobs, db, keys):
+for command in (serve, worker, tune, watch, lookup, jobs, db, keys):
     main.add_command(command)

@@ -43,12 +43,14 @@ def lookup(
     workload = make_workload(m, n, k, dtype, epilogue, a_layout, b_layout, allow_tf32)
     server = server_url(url)
     if server:
+        from httpx import HTTPError
+
         from tunehub.client import TunehubClient, TunehubError
 
         try:
             with TunehubClient(server) as client:
                 answer = client.best_schedule(workload.to_dict(), target=target)
-        except (TunehubError, OSError) as exc:
+        except (TunehubError, OSError, HTTPError) as exc:
             fail(f"{server}: {exc}")
         if answer is None:
             click.echo(f"no schedule known for {workload.label}", err=True)
@@ -82,12 +84,14 @@ def jobs(limit: int, url: str | None) -> None:
     rows: list[tuple[Any, ...]] = []
     server = server_url(url)
     if server:
+        from httpx import HTTPError
+
         from tunehub.client import TunehubClient, TunehubError
 
         try:
             with TunehubClient(server) as client:
                 items = client.list_jobs(limit=limit)["items"]
-        except (TunehubError, OSError) as exc:
+        except (TunehubError, OSError, HTTPError) as exc:
             fail(f"{server}: {exc}")
         for j in items:
             rows.append(
