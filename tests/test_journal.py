@@ -138,3 +138,24 @@ def test_entries_the_store_refuses_for_good_are_kept_aside(tmp_path: Path) -> No
     (line,) = journal.rejected_path.read_text().splitlines()
     assert json.loads(line)["key"] == orphan[0].key
     assert "JobNotFound" in json.loads(line)["rejected"]
+
+
+def test_a_service_started_again_replays_what_its_journal_holds_before_claiming(
+    tmp_path: Path,
+) -> None:
+    """A crash left results in the journal: the runner stores them at its start, before it
+    claims anything, so the job resumes with them (also after a restart, issue 27)."""
+    from tunehub.service.runner import JobRunner
+
+    store = MemoryScheduleStore()
+    job_id = job(store)
+    journal = ResultJournal.in_home(tmp_path)
+    journal.append(entries(job_id, 3))
+    runner = JobRunner(store, journal=journal, poll_secs=0.05)
+    runner.start()
+    try:
+        stored = store.get_job(job_id)
+        assert (stored.trials_done, stored.replayed) == (3, 3)
+        assert not journal
+    finally:
+        runner.stop()

@@ -29,6 +29,7 @@ from tests.test_api import SHAPE, add_key
 from tunehub.core import local_cpu_target
 from tunehub.core.damped import DampedLog
 from tunehub.db import MemoryScheduleStore, SqlScheduleStore, StoreUnavailable, upgrade
+from tunehub.db.journal import ResultJournal
 from tunehub.service.app import create_app
 from tunehub.service.settings import Settings
 
@@ -308,6 +309,41 @@ def outage_and_recovery(
     assert logs.count("cannot read the change feed") <= 2, logs
 
 
+def outage_past_the_limit(
+    server: LiveServer, home: Path, go_away: Callable[[], None], come_back: Callable[[], None]
+) -> None:
+    """The store away longer than TUNEHUB_DB_OUTAGE_SECS (1 s here) mid-job: results go to
+    the result journal while the job goes on; routes 503 meanwhile; once the store is back,
+    health is ok within 10 s, and the journal is replayed: every result in it stored once,
+    counted in the job's ``replayed`` and ``summary``, the journal empty (issue 27)."""
+    journal = ResultJournal.in_home(home)
+    trials = 30
+    job_id = submit(server, trials)
+    wait_until(lambda: job_progress(server, job_id) >= 2, 30, "the job runs")
+    go_away()
+    try:
+        wait_until(lambda: len(journal.entries()) >= 4, 30, f"results journaled\n{server.logs()}")
+        check_routes_during_outage(server, job_id)
+        journaled = {entry.key for entry in journal.entries()}
+    finally:
+        come_back()
+    took = wait_until(lambda: health_of(server) == "ok", 10, f"health ok\n{server.logs()}")
+    done = finish(server, job_id, 60)
+    logging.getLogger(__name__).info("health ok %.1f s after the store came back; the job "
+                                     "replayed %d results (%d seen in the journal)", took,
+                                     done["replayed"], len(journaled))  # fmt: skip
+    assert done["state"] == "succeeded", (done, server.logs())
+    configs = [r["config"]["i"] for r in done["records"]]
+    assert done["trials_done"] == trials == len(configs) == len(set(configs)), done
+    # Every result the journal held was replayed into the store, none twice.
+    assert journaled <= {r["uid"] for r in done["records"]}, done
+    assert done["replayed"] >= len(journaled) >= 4, done
+    assert f"{done['replayed']} results measured while the database was away" in done["summary"]
+    assert not journal and not journal.rejected_path.exists()
+    logs = server.logs()
+    assert "Exception in ASGI application" not in logs, logs
+
+
 def test_postgres_stopped_and_started_again_503s_then_recovers_without_a_restart(
     own_postgres: OwnPostgres, tmp_path: Path
 ) -> None:
@@ -315,6 +351,19 @@ def test_postgres_stopped_and_started_again_503s_then_recovers_without_a_restart
     server.start()
     try:
         outage_and_recovery(server, own_postgres.stop, own_postgres.start)
+    finally:
+        server.stop()
+
+
+def test_postgres_away_past_the_outage_limit_journals_and_replays_every_result(
+    own_postgres: OwnPostgres, tmp_path: Path
+) -> None:
+    server = LiveServer(
+        tmp_path, TUNEHUB_DATABASE_URL=own_postgres.url, TUNEHUB_DB_OUTAGE_SECS="1", **FAST_SERVER
+    )
+    server.start()
+    try:
+        outage_past_the_limit(server, tmp_path, own_postgres.stop, own_postgres.start)
     finally:
         server.stop()
 
@@ -358,3 +407,25 @@ def test_a_sqlite_connection_that_became_read_only_is_reopened(tmp_path: Path) -
         assert store.get_target(local_cpu_target().target_key) is not None
     finally:
         store.close()
+
+
+def test_sqlite_unwritable_past_the_outage_limit_journals_and_replays_every_result(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tunehub.db"
+    url = f"sqlite:///{path}?timeout=0.5"
+    upgrade(url)
+    server = LiveServer(tmp_path, TUNEHUB_DATABASE_URL=url, TUNEHUB_DB_OUTAGE_SECS="1",
+                        **FAST_SERVER)  # fmt: skip
+    server.start()
+    holder = sqlite3.connect(path, isolation_level=None, timeout=10)
+    try:
+        outage_past_the_limit(
+            server,
+            tmp_path,
+            lambda: holder.execute("BEGIN EXCLUSIVE"),  # no other connection may write
+            lambda: holder.execute("ROLLBACK"),
+        )
+    finally:
+        holder.close()
+        server.stop()
