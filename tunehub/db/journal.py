@@ -125,7 +125,6 @@ class ResultJournal:
         self.path = path
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._entries: int | None = None  # lines in the file, counted on first need
 
     @classmethod
     def in_home(cls, home: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ResultJournal:
@@ -144,11 +143,14 @@ class ResultJournal:
             return 0
 
     def __len__(self) -> int:
-        """Entries waiting (lines in the file)."""
-        with self._lock:
-            if self._entries is None:
-                self._entries = sum(1 for _ in self._lines())
-            return self._entries
+        """Entries waiting (complete lines in the file, read now: another process, e.g. a
+        sibling of ``serve --workers N``, may have written or replayed it)."""
+        if not self.size_bytes:
+            return 0
+        try:
+            return self.path.read_bytes().count(b"\n")
+        except FileNotFoundError:
+            return 0
 
     def __bool__(self) -> bool:
         return self.size_bytes > 0
@@ -206,8 +208,6 @@ class ResultJournal:
                 os.fsync(f.fileno())
             if new_file:
                 _fsync_dir(self.path.parent)
-            if self._entries is not None:
-                self._entries += len(entries)
 
     def entries(self) -> list[JournalEntry]:
         """The entries waiting, in the order written; lines that hold none are skipped."""
@@ -260,7 +260,6 @@ class ResultJournal:
             with open(self.path, "r+b") as f:
                 f.truncate(0)
                 os.fsync(f.fileno())
-            self._entries = 0
         report = ReplayReport(stored, len(entries), len(rejected))
         log.warning(
             "journal %s replayed: %d entries, %d result(s) stored now, %d rejected%s",
