@@ -387,13 +387,18 @@ def test_the_targets_api_says_what_each_target_runs(tmp_path: Path) -> None:
     app = create_app(Settings(home=tmp_path, run_jobs=False), store=store)
     with TestClient(app, base_url="http://127.0.0.1") as client:
         answer = client.get("/api/v1/targets").json()
-    by_kind = {t["kind"]: t for t in answer["items"]}
-    (cpu,) = by_kind["cpu"]["templates"]
-    assert cpu["name"] == "blis.gemm" and cpu["dtypes"] == ["float32", "float64"]
+    by_kind = {t["kind"]: {p["name"]: p for p in t["templates"]} for t in answer["items"]}
+    assert not {"numpy.matmul", "torch.matmul"} & {*by_kind["cpu"], *by_kind["cuda"]}, (
+        "baselines are measured, never tuned: no job names them"
+    )
+    assert "triton.gemm" not in by_kind["cpu"] and "blis.gemm" not in by_kind["cuda"]
+    cpu = by_kind["cpu"]["blis.gemm"]
+    assert cpu["ops"] == ["matmul"] and cpu["dtypes"] == ["float32", "float64"]
     assert cpu["epilogues"] == ["none", "bias", "bias_relu"] and cpu["allow_tf32"] is False
-    (gpu,) = by_kind["cuda"]["templates"]
-    assert gpu["name"] == "triton.gemm" and "float8_e4m3" in gpu["dtypes"]
-    assert "bias_gelu" in gpu["epilogues"] and gpu["allow_tf32"] is True
+    assert cpu["a_layouts"] == cpu["b_layouts"] == ["row_major"]
+    gpu = by_kind["cuda"]["triton.gemm"]
+    assert "float8_e4m3" in gpu["dtypes"] and "bias_gelu" in gpu["epilogues"]
+    assert gpu["allow_tf32"] is True and "col_major" in gpu["b_layouts"]
     assert {"transfer", "random", "optuna.tpe"} <= set(answer["strategies"])
     assert answer["default_strategy"] == "transfer"
 

@@ -42,6 +42,7 @@ def template_options(target: Target) -> list[TemplateOptionsOut]:
             TemplateOptionsOut(
                 name=template.name,
                 version=template.version,
+                ops=list(caps.ops),
                 dtypes=list(caps.dtypes),
                 epilogues=list(caps.epilogues),
                 a_layouts=list(caps.a_layouts),

@@ -710,6 +710,7 @@ class TemplateOptionsOut(BaseModel):
 
     name: str = Field(description="Template name, e.g. `blis.gemm`.")
     version: int = Field(description="Template version.")
+    ops: list[str] = Field(description="Operators it computes, e.g. `matmul`.")
     dtypes: list[str] = Field(description="Element types it has kernels of on this target.")
     epilogues: list[str] = Field(description="Epilogues it fuses.")
     a_layouts: list[str] = Field(description="Layouts of A it reads.")

@@ -138,17 +138,21 @@ function describeError(err) {
 
 let offers = null; // {targets: [{value, label, templates}], strategies, defaultStrategy}
 
-/** The targets a job here runs on: live ones, and this service's own (local-cpu, ...). */
+/** The form's operator: a GEMM. */
+const OP = "matmul";
+
+/** The targets a job here runs on (live ones, and this service's own: local-cpu, ...), each
+ * with its templates that compute the form's operator. */
 function runnableTargets(items) {
   return items
     .filter((t) => t.live || (Array.isArray(t.aliases) && t.aliases.length > 0))
-    .filter((t) => Array.isArray(t.templates) && t.templates.length > 0)
     .map((t) => ({
       value: t.aliases?.[0] ?? t.target_key,
       label: t.aliases?.length ? `${t.aliases[0]}: ${t.label}` : t.label,
       title: `${t.label}\n${t.target_key}${t.live ? "" : "\nno live worker yet: the job waits for one"}`,
-      templates: t.templates,
-    }));
+      templates: (Array.isArray(t.templates) ? t.templates : []).filter((p) => !Array.isArray(p.ops) || p.ops.includes(OP)),
+    }))
+    .filter((t) => t.templates.length > 0);
 }
 
 /** Replace `select`'s options with `values` ([value, label, title?]), keeping the choice if
@@ -215,7 +219,7 @@ async function submitJob(event) {
   const data = new FormData(form);
   const number = (name) => Number(data.get(name));
   const workload = {
-    op: "matmul",
+    op: OP,
     m: number("m"),
     n: number("n"),
     k: number("k"),
