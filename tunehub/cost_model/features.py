@@ -75,7 +75,7 @@ class FeatureSet:
         n = len(configs)
         out = np.empty((n, len(self.names)))
         for j, name in enumerate(self.names):
-            out[:, j] = np.broadcast_to(np.asarray(columns[name], dtype=np.float64), (n,))
+            out[:, j] = columns[name]  # a column, or one value for every row
         return out
 
 

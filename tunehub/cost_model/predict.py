@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tunehub.core import Config, Target, Workload
 from tunehub.cost_model.base import CostModel
+from tunehub.cost_model.xgb import XGBCostModel
 
 
 @dataclass(frozen=True)
@@ -89,3 +91,110 @@ def pick_config(
             chosen, score, neighbour = default, float(default_score), False
     secs = model.predict_secs(workload, target, [chosen])
     return Pick(chosen, score, secs[0] if secs else None, neighbour)
+
+
+# Zero-trial picks for shapes nobody measured, in bulk and in bounded time: instead of the
+# whole space (enumerated and scored: 0.3-0.5 s a shape on the 2-core VM), each shape's
+# candidates are its template's seeds (the analytical default and its variants), the
+# default's one-step neighbours, the nearest tuned shapes' winners and a pool of configs
+# that won elsewhere on the target, those valid in its space; every shape's candidates are
+# scored in one call of the model.
+CANDIDATE_CONSENSUS = 1  # the medoid of this many best-scored candidates (see pick_config)
+
+
+@dataclass(frozen=True)
+class PickRequest:
+    """One shape to pick for: its ``candidates`` (valid points of its space; the first
+    ``len(winners)`` of ``winners`` that are candidates are checked as pick_config does),
+    and the template's ``default`` (a candidate too, or None)."""
+
+    workload: Workload
+    target: Target
+    candidates: Sequence[Config]
+    winners: Sequence[Config] = ()
+    default: Config | None = None
+
+
+def candidates(
+    space_valid: Callable[[Config], bool],
+    seeds: Sequence[Config],
+    neighbours: Sequence[Config],
+    winners: Sequence[Config],
+    pool: Sequence[Config],
+) -> list[Config]:
+    """Distinct configs, in this order: ``seeds`` and ``neighbours`` (points of the space
+    already), then the ``winners`` and ``pool`` configs ``space_valid`` accepts."""
+    out: dict[str, Config] = {}
+    for config in (*seeds, *neighbours):
+        out.setdefault(config.key, config)
+    for config in (*winners, *pool):
+        if config.key not in out and space_valid(config):
+            out[config.key] = config
+    return list(out.values())
+
+
+def pick_many(
+    model: XGBCostModel,
+    requests: Sequence[PickRequest],
+    *,
+    consensus: int = CANDIDATE_CONSENSUS,
+    default_margin: float = 0.0,
+) -> list[Pick]:
+    """``pick_config`` for each request among its candidates, with the model run twice in
+    all (scores, then the predicted times of each choice and its default) however many
+    requests there are."""
+    if not requests:
+        return []
+    if any(not r.candidates for r in requests):
+        raise ValueError("no points to choose from")
+    blocks = [model.features.matrix(r.workload, r.target, r.candidates) for r in requests]
+    bounds = np.cumsum([0, *(len(b) for b in blocks)])
+    scores = model.predict_matrix(np.vstack(blocks))
+    chosen: list[tuple[int, bool]] = []  # (candidate index, from a neighbour's winner)
+    for i, r in enumerate(requests):
+        own = scores[bounds[i] : bounds[i + 1]]
+        top = np.argsort(-own, kind="stable")[: max(1, consensus)]
+        best = int(top[medoid([r.candidates[int(j)] for j in top], r.candidates)])
+        neighbour = False
+        if r.winners:
+            index = {c.key: j for j, c in enumerate(r.candidates)}
+            for w in r.winners:
+                j = index.get(w.key)
+                if j is not None and own[j] >= own[best]:
+                    best, neighbour = j, True
+        chosen.append((best, neighbour))
+    # Predicted times of each choice and its default, in one call.
+    rows: list[np.ndarray[Any, np.dtype[np.float64]]] = []
+    pairs: list[tuple[int, int | None]] = []
+    for i, (r, (best, _)) in enumerate(zip(requests, chosen, strict=True)):
+        d = None
+        if r.default is not None and r.default.key != r.candidates[best].key:
+            d = next((j for j, c in enumerate(r.candidates) if c.key == r.default.key), None)
+        pairs.append((len(rows), d))
+        rows.append(blocks[i][best])
+        if d is not None:
+            rows.append(blocks[i][d])
+    speed = model.predict_log_gflops(np.vstack(rows))  # log2 GFLOP/s, or None
+    picks = []
+    for i, (r, (best, neighbour)) in enumerate(zip(requests, chosen, strict=True)):
+        own = scores[bounds[i] : bounds[i + 1]]
+        at, d = pairs[i]
+        if d is not None:
+            # As pick_config: by predicted time where the model learnt times, else by score.
+            # (time = flops / speed: the default's time within the margin of the choice's)
+            faster = (
+                2.0 ** (speed[at] - speed[at + 1]) <= 1.0 + default_margin
+                if speed is not None
+                else own[d] >= own[best]
+            )
+            if faster:
+                best, neighbour, at = d, False, at + 1
+        picks.append(
+            Pick(
+                r.candidates[best],
+                float(own[best]),
+                r.workload.flops / (2.0 ** float(speed[at]) * 1e9) if speed is not None else None,
+                neighbour,
+            )
+        )
+    return picks

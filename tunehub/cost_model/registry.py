@@ -408,6 +408,22 @@ class ModelCache:
         model = self.model(info, knob_names)
         return None if model is None else (info, model)
 
+    def cached_pick(self, workload: Workload, target: Target, info: ModelInfo) -> Prediction | None:
+        """The pick kept for this shape, target and model, if any."""
+        key = (workload.key, target.target_key, info.id)
+        with self._lock:
+            cached = self._picks.get(key)
+            if cached is not None:
+                self._picks.move_to_end(key)
+            return cached
+
+    def keep_pick(self, workload: Workload, target: Target, prediction: Prediction) -> None:
+        """Keep a pick made elsewhere (``tunehub.tuner.lookup.predict_schedules``)."""
+        with self._lock:
+            self._picks[(workload.key, target.target_key, prediction.model.id)] = prediction
+            while len(self._picks) > self.max_entries:
+                self._picks.popitem(last=False)
+
     def predict(
         self,
         workload: Workload,

@@ -229,6 +229,17 @@ class XGBCostModel(CostModel):
         log_gflops = self._speed.predict(xgb.DMatrix(x))
         return [workload.flops / (2.0 ** float(g) * 1e9) for g in log_gflops]
 
+    def predict_log_gflops(self, x: Matrix) -> np.ndarray[Any, np.dtype[np.float64]] | None:
+        """Predicted log2 GFLOP/s for a feature matrix already computed (rows of any
+        workloads); None if the model learnt no times."""
+        import xgboost as xgb
+
+        if self._speed is None:
+            return None
+        if len(x) == 0:
+            return np.zeros(0)
+        return np.asarray(self._speed.predict(xgb.DMatrix(x)), dtype=np.float64)
+
     # --- artifacts ---------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         """The trained model as one self-describing artifact (JSON with the boosters in

@@ -173,6 +173,14 @@ def _nearest(values: Sequence[int], model: float) -> int:
     return min(values, key=lambda v: (abs(math.log(v / model)), -v))
 
 
+@functools.lru_cache(maxsize=256)
+def _space_model(workload: Workload, target: Target) -> _SpaceModel:
+    """The space model of a shape, kept for the next ask: a lookup asks for the space and the
+    default of each shape in turn, and a job for its space, default and seeds (a few
+    hundred microseconds each time). Never changed once made."""
+    return _SpaceModel(workload, target)
+
+
 class _SpaceModel:
     """The analytical BLIS cache model (Low et al. 2016) for one workload and target.
 
@@ -530,18 +538,18 @@ class BlisGemmTemplate(Template):
         )
 
     def space(self, workload: Workload, target: Target) -> SearchSpace:
-        return _SpaceModel(workload, target).space()
+        return _space_model(workload, target).space()
 
     def default_config(self, workload: Workload, target: Target) -> Config:
         """The analytical model's point (see _SpaceModel), single-threaded."""
-        return _SpaceModel(workload, target).default()
+        return _space_model(workload, target).default()
 
     def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
         """The model's point, then its variants over the choices the model cannot settle:
         each thread count and parallel loop, B read in place (with prefetch) where the space
         offers it, and the same for the tile that best fits M and N (see edge_point).
         Blocking stays the model's; the search explores around these."""
-        model = _SpaceModel(workload, target)
+        model = _space_model(workload, target)
         space = model.space()
         variants = [model.default()]
         for base in (model.default(), model.edge_point()):

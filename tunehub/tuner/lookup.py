@@ -4,16 +4,18 @@ compared with the Baseline."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from tunehub.core import Budget, Config, JobSpec, MeasureRecord, Schedule, Target, Workload
 from tunehub.core.job import LOOKUP_PRIORITY
+from tunehub.core.model import ModelInfo
 from tunehub.core.registry import UnknownName
-from tunehub.cost_model.registry import ModelCache
+from tunehub.cost_model.predict import PickRequest, candidates, pick_many
+from tunehub.cost_model.registry import ModelCache, Prediction
+from tunehub.cost_model.xgb import XGBCostModel
 from tunehub.db.store import QueueFull, ScheduleStore
 from tunehub.kernels.base import Template
 from tunehub.kernels.registry import TEMPLATES, get_template
@@ -28,6 +30,8 @@ from tunehub.tuner.neighbours import NeighbourIndex as NeighbourIndex
 # benchmark's rounds minutes later (1024^3: the kernel 1.5% ahead in the one, cuBLAS 1.7% in
 # the other; 256x256x65536: 0.1% and 2.3%; benchmarks/results/gpu_gemm-h100-20261125T084951.log).
 LIBRARY_TIE = 1.02
+# A batch's untuned lookups ask whether their caller is still there this often.
+CHECK_EVERY = 32
 
 
 @dataclass(frozen=True)
@@ -275,6 +279,10 @@ def lookup_templates(workload: Workload, target: Target, template: str | None) -
     return out
 
 
+class LookupCancelled(Exception):
+    """The caller of a lookup left (or its time ran out): the rest of the work is dropped."""
+
+
 def predict_schedule(
     store: ScheduleStore,
     workload: Workload,
@@ -284,44 +292,96 @@ def predict_schedule(
     template: str | None = None,
     neighbours: NeighbourIndex | None = None,
 ) -> UntunedAnswer | None:
-    """The untuned tiers: the latest global model's pick for this workload among the
-    template's space (checked against the winners of the nearest tuned shapes on this
-    target), else the template's default. None if no template runs the workload here.
-    Reads only cached models: never trains."""
-    templates = lookup_templates(workload, target, template)
-    if not templates:
-        return None
+    """The untuned tiers for one workload: ``predict_schedules``'s answer."""
+    query = LookupQuery(workload, target, template)
+    return predict_schedules(store, [query], models, neighbours=neighbours)[0]
+
+
+def predict_schedules(
+    store: ScheduleStore,
+    queries: Sequence[LookupQuery],
+    models: ModelCache | None,
+    *,
+    neighbours: NeighbourIndex | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> list[UntunedAnswer | None]:
+    """The untuned tiers, for each query: the latest global model's pick for the workload
+    (``predicted``) among a few candidates of the template's space (its seeds, the default's
+    neighbours, the winners of the nearest tuned shapes and the configs that won most often
+    on this target: ``tunehub.cost_model.predict.pick_many``), else the template's
+    ``default``; None if no template runs the workload there. Every query's candidates are
+    scored together (a thousand new shapes: well under a second), and picks are cached per
+    model. Reads only cached models: never trains. ``cancelled`` is asked every
+    CHECK_EVERY queries: once it says so, LookupCancelled is raised and nothing more is
+    done."""
     neighbours = neighbours or NeighbourIndex(store)
-    for tmpl in templates:
-        if models is None:
-            break
-        prediction = models.predict(
-            workload,
-            target,
-            tmpl.name,
-            tmpl.version,
-            points=partial(_space_points, tmpl, workload, target),
-            winners=partial(neighbours.winners, workload, target, tmpl),
-            default=partial(tmpl.default_config, workload, target),
-        )
-        if prediction is not None:
-            return UntunedAnswer(
-                source="predicted",
-                workload=workload,
-                target=target,
+    answers: list[UntunedAnswer | None] = [None] * len(queries)
+    # By model: (its info, the model, [(query index, template, request)]).
+    pending: dict[int, tuple[ModelInfo, XGBCostModel, list[tuple[int, Template, PickRequest]]]]
+    pending = {}
+    for i, q in enumerate(queries):
+        if cancelled is not None and i % CHECK_EVERY == 0 and cancelled():
+            raise LookupCancelled(f"stopped after {i} of {len(queries)} lookups")
+        templates = lookup_templates(q.workload, q.target, q.template)
+        if not templates:
+            continue
+        found = None
+        for tmpl in templates if models is not None else ():
+            assert models is not None
+            latest = models.latest_model(q.target, tmpl.name, tmpl.version)
+            if latest is not None:
+                found = (tmpl, *latest)
+                break
+        if found is None:
+            tmpl = templates[0]
+            answers[i] = UntunedAnswer(
+                source="default",
+                workload=q.workload,
+                target=q.target,
                 template=tmpl,
-                config=prediction.pick.config,
-                predicted_secs=prediction.pick.predicted_secs,
-                model_id=prediction.model.id,
-                model_version=prediction.model.label,
+                config=tmpl.default_config(q.workload, q.target),
             )
-    tmpl = templates[0]
+            continue
+        tmpl, info, model = found
+        assert models is not None
+        cached = models.cached_pick(q.workload, q.target, info)
+        if cached is not None:
+            answers[i] = _predicted(q, tmpl, cached)
+            continue
+        space = tmpl.space(q.workload, q.target)
+        default = tmpl.default_config(q.workload, q.target)
+        winners = neighbours.winners(q.workload, q.target, tmpl)
+        points = candidates(
+            space.is_valid,
+            [default],
+            space.neighbours(default),
+            winners,
+            neighbours.pool(q.target, tmpl),
+        )
+        request = PickRequest(q.workload, q.target, points, winners, default)
+        pending.setdefault(info.id, (info, model, []))[2].append((i, tmpl, request))
+    for info, model, items in pending.values():
+        picks = pick_many(
+            model, [r for _, _, r in items], default_margin=model.features.default_margin
+        )
+        for (i, tmpl, request), pick in zip(items, picks, strict=True):
+            prediction = Prediction(info, pick)
+            assert models is not None
+            models.keep_pick(request.workload, request.target, prediction)
+            answers[i] = _predicted(queries[i], tmpl, prediction)
+    return answers
+
+
+def _predicted(query: LookupQuery, template: Template, prediction: Prediction) -> UntunedAnswer:
     return UntunedAnswer(
-        source="default",
-        workload=workload,
-        target=target,
-        template=tmpl,
-        config=tmpl.default_config(workload, target),
+        source="predicted",
+        workload=query.workload,
+        target=query.target,
+        template=template,
+        config=prediction.pick.config,
+        predicted_secs=prediction.pick.predicted_secs,
+        model_id=prediction.model.id,
+        model_version=prediction.model.label,
     )
 
 
@@ -404,10 +464,6 @@ def queue_lookup_tuning(
         existing[key] = job.id
         outcomes.append(TuningOutcome(True, job.id, "queued"))
     return outcomes
-
-
-def _space_points(template: Template, workload: Workload, target: Target) -> Sequence[Config]:
-    return template.space(workload, target).points
 
 
 def config_threads(config: Config) -> int:

@@ -37,6 +37,8 @@ from tunehub.kernels.base import Template
 
 # Tuned shapes whose winners a prediction is checked against.
 CHECK_NEIGHBOURS = 3
+# Configs that won on a target offered to an untuned shape's pick (see ``pool``).
+POOL = 24
 # Changed workloads a tuned set is patched for; more, and it is read again whole.
 MAX_PENDING = 5_000
 
@@ -98,6 +100,7 @@ class NeighbourIndex:
         self._config_codes: dict[str, int] = {}
         self.builds = 0
         self.patches = 0
+        self._pools: dict[SetKey, tuple[TunedSet, list[Config]]] = {}
 
     # --- freshness -------------------------------------------------------------------------
     def forget(self, workload_keys: Collection[str] | None) -> None:
@@ -119,6 +122,23 @@ class NeighbourIndex:
         tuned = self.tuned_set(target, template)
         rows = self.nearest_rows(tuned, workload)
         return [self._configs[int(tuned.config[row])] for row in rows]
+
+    def pool(self, target: Target, template: Template, limit: int = POOL) -> list[Config]:
+        """The configs that won most often among this target's tuned shapes (same template
+        version), most frequent first: candidates for a shape nobody tuned. Kept per tuned
+        set (a new set after a change counts again)."""
+        tuned = self.tuned_set(target, template)
+        key = (target.target_key, template.name, template.version)
+        with self._pending_lock:
+            found = self._pools.get(key)
+        if found is not None and found[0] is tuned:
+            return found[1][:limit]
+        codes, counts = np.unique(tuned.config, return_counts=True)
+        order = np.lexsort((codes, -counts))[:POOL]
+        configs = [self._configs[int(codes[i])] for i in order]
+        with self._pending_lock:
+            self._pools[key] = (tuned, configs)
+        return configs[:limit]
 
     def nearest_rows(self, tuned: TunedSet, workload: Workload) -> list[int]:
         """Rows of the ``CHECK_NEIGHBOURS`` nearest workloads of another key and the same op,
