@@ -382,9 +382,11 @@ def test_targets_list_live_workers_and_queued_jobs_say_what_they_wait_for(
 def test_a_job_may_name_any_stored_target(client: TestClient, store: MemoryScheduleStore) -> None:
     gpu = Target(kind="cuda", name="NVIDIA H100", arch=("sm_90",), cores=132, vendor="nvidia")
     store.put_target(gpu)
-    response = submit(client, target=gpu.target_key)  # blis.gemm cannot run on it
+    response = submit(client, target=gpu.target_key, template="blis.gemm")  # a CPU template
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "target"]
+    # Naming no template takes the first that runs the workload there.
+    assert submit(client, target=gpu.target_key).json()["template"] == "triton.gemm"
     other_cpu = Target(kind="cpu", name="Elsewhere", arch=("avx2", "fma"), cores=64)
     store.put_target(other_cpu)
     job = submit(client, target=other_cpu.target_key).json()

@@ -60,7 +60,7 @@ def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'new.db'}"
     assert current_revision(url) is None
     upgrade(url)
-    assert current_revision(url) == head_revision() == "0011"
+    assert current_revision(url) == head_revision() == "0012"
     check_at_head(url)
     upgrade(url)  # at head already: nothing to do
     engine = make_engine(url)
@@ -408,6 +408,7 @@ def test_the_migrations_ship_as_package_data() -> None:
         "0009_autotune.py",
         "0010_model_gate.py",
         "0011_job_resumes.py",
+        "0012_operator_params.py",
     ]
 
 

@@ -70,20 +70,23 @@ class TunehubClient:
         workload: dict[str, Any],
         *,
         target: str = "local-cpu",
-        template: str = "blis.gemm",
+        template: str | None = None,
         strategy: str = "random",
         max_trials: int = 32,
         max_secs: float = 300.0,
         seed: int = 0,
     ) -> dict[str, Any]:
-        body = {
+        """Queue a job; ``template`` None lets the service take the first template that runs
+        the workload on the target (``blis.gemm`` for a CPU matmul, ``blis.bmm`` for a bmm)."""
+        body: dict[str, Any] = {
             "workload": {"op": "matmul", **workload},
             "target": target,
-            "template": template,
             "strategy": strategy,
             "budget": {"max_trials": max_trials, "max_secs": max_secs},
             "seed": seed,
         }
+        if template is not None:
+            body["template"] = template
         result: dict[str, Any] = self._call("POST", "/api/v1/jobs", json=body)
         return result
 

@@ -79,6 +79,15 @@ WORKLOAD_FIELDS: tuple[tuple[str, Any], ...] = (
 )
 
 
+def workload_fields(workload: tuple[Any, ...]) -> dict[str, Any]:
+    """A ``workload_tuple`` as the API's workload fields: the common ones, then the
+    operator's own (``batch`` for bmm)."""
+    *common, own = workload
+    fields = {name: v for (name, _), v in zip(WORKLOAD_FIELDS, common, strict=True)}
+    fields.update(own)
+    return fields
+
+
 @dataclass(frozen=True)
 class ScheduleAnswer:
     """What a compiler gets for one workload; never raised, always returned.
@@ -252,7 +261,7 @@ class ScheduleClient:
         workload, target, template = key
         params: dict[str, Any] = {
             name: (str(v).lower() if isinstance(v, bool) else v)
-            for (name, _), v in zip(WORKLOAD_FIELDS, workload, strict=True)
+            for name, v in workload_fields(workload).items()
         }
         params["target"] = target
         if template is not None:
@@ -381,7 +390,7 @@ class ScheduleClient:
             chunk = keys[start : start + MAX_BATCH]
             items = []
             for workload, target, template in chunk:
-                fields = {n: v for (n, _), v in zip(WORKLOAD_FIELDS, workload, strict=True)}
+                fields = workload_fields(workload)
                 item: dict[str, Any] = {"workload": fields, "target": target}
                 if template is not None:
                     item["template"] = template
@@ -679,17 +688,22 @@ def _connect_ahead() -> None:
 
 
 def workload_tuple(workload: Any) -> tuple[Any, ...]:
-    """A workload's fields in WORKLOAD_FIELDS order (defaults filled in): the cache key."""
+    """A workload's fields in WORKLOAD_FIELDS order (defaults filled in), then its
+    operator's own fields as sorted (name, value) pairs: the cache key. The service checks
+    the operator's fields (an unknown one is its 422)."""
+    common = {name for name, _ in WORKLOAD_FIELDS}
     if isinstance(workload, Mapping):
-        unknown = set(workload) - {name for name, _ in WORKLOAD_FIELDS}
-        if unknown:
-            raise ValueError(f"unknown workload fields: {', '.join(sorted(map(str, unknown)))}")
+        for name in workload:
+            if not isinstance(name, str):
+                raise ValueError(f"unknown workload field {name!r}")
         values = tuple(workload.get(name, default) for name, default in WORKLOAD_FIELDS)
+        own = tuple(sorted((n, v) for n, v in workload.items() if n not in common))
     else:
         values = tuple(getattr(workload, name, default) for name, default in WORKLOAD_FIELDS)
+        own = tuple(sorted(getattr(workload, "params", ())))
     if any(v is None for v in values):
         raise ValueError("a workload needs m, n and k")
-    return values
+    return (*values, own)
 
 
 def _item_key(item: Any, target: str, template: str | None) -> tuple[Any, ...]:
@@ -740,7 +754,7 @@ def default_answer(workload: tuple[Any, ...], target: str, template: str | None)
         tgt = _local_target(target)
         if tgt is None:
             return _no_default(workload, target, f"the target {target!r} is not this machine's")
-        core = Workload(**{name: v for (name, _), v in zip(WORKLOAD_FIELDS, workload, strict=True)})
+        core = Workload.from_dict(workload_fields(workload))
         names = [template] if template is not None else list(TEMPLATES.names())
         for name in names:
             tmpl = get_template(name)

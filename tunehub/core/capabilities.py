@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from tunehub.core.errors import InvalidSpec
 from tunehub.core.target import Target
-from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, OPS, Workload
+from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, Workload
 
 
 class Unsupported(InvalidSpec):
@@ -29,7 +29,8 @@ on cpu x (supported: float32, float64)
     """
 
     kinds: tuple[str, ...]
-    ops: tuple[str, ...] = OPS
+    # The operators it computes: a template names each (a new operator is no template's).
+    ops: tuple[str, ...] = ("matmul",)
     dtypes: tuple[str, ...] = DTYPES
     a_layouts: tuple[str, ...] = LAYOUTS
     b_layouts: tuple[str, ...] = LAYOUTS

@@ -1,15 +1,25 @@
-"""Workload: what to compute (op, shape, dtype, operand layouts, epilogue) and its canonical key."""
+"""Workload: what to compute (op, shape, dtype, operand layouts, epilogue) and its canonical key.
+
+The operator (``tunehub.core.operators``) says what the shape fields mean, which fields of its
+own the workload carries (``params``), and counts its flops and bytes."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from tunehub.core.errors import InvalidSpec
+from tunehub.core.keys import canonical_json
+from tunehub.core.operators import Operator, Params, ParamValue, get_operator, operator_names
+from tunehub.core.registry import UnknownName
 
-OPS = ("matmul",)
+# The built-in operators (more may be registered: ``tunehub.core.operators``).
+OPS = ("matmul", "bmm")
+# The fields every operator has; an operator's own fields are its ``params``.
+COMMON_FIELDS = ("op", "m", "n", "k", "dtype", "a_layout", "b_layout", "epilogue", "allow_tf32")
 DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3")
 LAYOUTS = ("row_major", "col_major")
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu")
@@ -42,6 +52,12 @@ class Workload:
     'eb28581344c06c7dca7206815aeff1f567140b9b6bcba9756ddc1960b49eea11'
     >>> Workload(m=16, n=4096, k=4096, dtype="float16", b_layout="col_major").label
     'matmul 16x4096x4096 float16 B:col'
+    >>> Workload(m=64, n=64, k=32, op="bmm", params={"batch": 8}).label
+    'bmm 8x64x64x32 float32'
+
+    ``params`` holds the operator's own fields (``batch``, ``b_broadcast`` for bmm), given as
+    a mapping or pairs and kept as pairs in the operator's order, each at its default when not
+    given; ``param(name)`` reads one.
     """
 
     m: int
@@ -53,10 +69,25 @@ class Workload:
     b_layout: str = "row_major"
     epilogue: str = "none"
     allow_tf32: bool = False
+    params: Params = ()
 
     def __post_init__(self) -> None:
-        if self.op not in OPS:
-            raise InvalidSpec("op", f"unknown op {self.op!r}; known: {', '.join(OPS)}")
+        if not isinstance(self.op, str):
+            raise InvalidSpec("op", f"must be an operator name, got {self.op!r}")
+        try:
+            operator = get_operator(self.op)
+        except UnknownName:
+            known = ", ".join(operator_names())
+            raise InvalidSpec("op", f"unknown op {self.op!r}; known: {known}") from None
+        raw: object = self.params
+        if isinstance(raw, Mapping):
+            given: dict[str, object] = dict(raw)
+        else:
+            try:
+                given = dict(raw)  # type: ignore[call-overload]
+            except (TypeError, ValueError):
+                raise InvalidSpec("params", f"must be name/value pairs, got {raw!r}") from None
+        object.__setattr__(self, "params", operator.params(given))
         for name in ("m", "n", "k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -65,8 +96,10 @@ class Workload:
                 raise InvalidSpec(name, f"must be >= 1, got {value}")
             if value > MAX_DIM:
                 raise InvalidSpec(name, f"must be <= {MAX_DIM}, got {value}")
-        if self.m * self.n * self.k > MAX_VOLUME:
-            raise InvalidSpec("k", f"m*n*k = {self.m * self.n * self.k} exceeds {MAX_VOLUME}")
+        volume = self.flops // 2
+        if volume > MAX_VOLUME:
+            what = "m*n*k" if not self.params else "the multiply-adds"
+            raise InvalidSpec("k", f"{what} = {volume} exceeds {MAX_VOLUME}")
         if self.dtype not in DTYPES:
             raise InvalidSpec("dtype", f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
         operand_bytes = self.operand_bytes
@@ -90,6 +123,18 @@ class Workload:
             raise InvalidSpec("allow_tf32", f"must be true or false, got {self.allow_tf32!r}")
         if self.allow_tf32 and self.dtype != "float32":
             raise InvalidSpec("allow_tf32", f"applies to float32 only, not {self.dtype}")
+        operator.check(self)
+
+    @property
+    def operator(self) -> Operator:
+        return get_operator(self.op)
+
+    def param(self, name: str) -> ParamValue:
+        """The value of the operator's own field ``name``; InvalidSpec if it has none."""
+        for key, value in self.params:
+            if key == name:
+                return value
+        raise InvalidSpec(name, f"not a field of op {self.op}")
 
     @property
     def output_dtype(self) -> str:
@@ -98,9 +143,10 @@ class Workload:
 
     @property
     def operand_bytes(self) -> int:
-        """Bytes of A, B and C together."""
-        inputs = (self.m * self.k + self.k * self.n) * DTYPE_BYTES[self.dtype]
-        return inputs + self.m * self.n * DTYPE_BYTES[self.output_dtype]
+        """Bytes of the operands and the output together (A, B and C for a GEMM)."""
+        return self.operator.operand_bytes(
+            self, DTYPE_BYTES[self.dtype], DTYPE_BYTES[self.output_dtype]
+        )
 
     @property
     def has_bias(self) -> bool:
@@ -117,14 +163,25 @@ class Workload:
             "b_layout": self.b_layout,
             "epilogue": self.epilogue,
             "allow_tf32": self.allow_tf32,
+            **dict(self.params),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Workload:
-        """The inverse of ``to_dict``; also reads the first format's single ``layout`` field."""
+        """The inverse of ``to_dict``; also reads the first format's single ``layout`` field.
+        Names beyond the common fields are the operator's own (InvalidSpec naming one it
+        does not have)."""
         legacy = data.get("layout")
         if legacy not in (None, "row_major"):
             raise InvalidSpec("layout", f"unknown layout {legacy!r}")
+        for name in ("m", "n", "k"):
+            if name not in data:
+                raise InvalidSpec(name, "is required")
+        own = {
+            name: value
+            for name, value in data.items()
+            if name not in COMMON_FIELDS and name != "layout"
+        }
         return cls(
             op=data.get("op", "matmul"),
             m=data["m"],
@@ -135,12 +192,14 @@ class Workload:
             b_layout=data.get("b_layout", "row_major"),
             epilogue=data.get("epilogue", "none"),
             allow_tf32=data.get("allow_tf32", False),
+            params=tuple(own.items()),
         )
 
     def key_dict(self) -> dict[str, Any]:
         """What the key hashes. The first format had one ``layout`` field (always
         ``row_major``); fields added since appear only when they differ from their defaults,
-        so every workload of that format keeps its key (and its stored schedules)."""
+        so every workload of that format keeps its key (and its stored schedules). An
+        operator's own fields appear under their names (matmul has none)."""
         data: dict[str, Any] = {
             "op": self.op,
             "m": self.m,
@@ -156,6 +215,7 @@ class Workload:
             data["b_layout"] = self.b_layout
         if self.allow_tf32:
             data["allow_tf32"] = True
+        data.update(self.params)
         return data
 
     @cached_property
@@ -164,7 +224,9 @@ class Workload:
         # The canonical JSON written out in its (sorted) key order, not through json.dumps: a
         # batch lookup keys a thousand workloads, and every value here is an int or one of the
         # plain names checked above, which JSON writes as they are (test_workload holds the
-        # text to canonical_json's).
+        # text to canonical_json's). An operator's own fields go through canonical_json.
+        if self.params:
+            return hashlib.sha256(canonical_json(self.key_dict()).encode()).hexdigest()
         head = ""
         if self.a_layout != "row_major":
             head += f'"a_layout":"{self.a_layout}",'
@@ -181,7 +243,7 @@ class Workload:
     @property
     def label(self) -> str:
         """Readable form, e.g. ``matmul 256x256x256 float32 A:col +bias_relu``."""
-        text = f"{self.op} {self.m}x{self.n}x{self.k} {self.dtype}"
+        text = f"{self.op} {self.operator.shape_text(self)} {self.dtype}"
         if self.allow_tf32:
             text += " tf32"
         if self.a_layout != "row_major":
@@ -194,12 +256,12 @@ class Workload:
 
     @property
     def flops(self) -> int:
-        """Floating-point operations of the GEMM (2·m·n·k; the epilogue is not counted)."""
-        return 2 * self.m * self.n * self.k
+        """Floating-point operations (2·m·n·k per product; the epilogue is not counted)."""
+        return self.operator.flops(self)
 
     def gflops(self, secs: float) -> float:
         return self.flops / secs / 1e9
 
     def with_shape(self, m: int, n: int, k: int) -> Workload:
-        """The same workload at another shape."""
+        """The same workload at another GEMM shape (its own fields kept)."""
         return Workload.from_dict({**self.to_dict(), "m": m, "n": n, "k": k})

@@ -55,8 +55,6 @@ from tunehub.db.common import (
     ACTIVE_STATES,
     CHANGE_LOOKBACK_IDS,
     CHANGE_MAX_LISTED,
-    ChangeMark,
-    LookupChanges,
     changes_since,
     check_baseline,
     check_model,
@@ -85,8 +83,10 @@ from tunehub.db.engine import make_engine, ping, safe_url, session_scope, write_
 from tunehub.db.store import (
     IN_CHUNK,
     ApiKeyNotFound,
+    ChangeMark,
     JobNotFound,
     LeaseLost,
+    LookupChanges,
     ScheduleListing,
     ScheduleStore,
     TunedShape,
@@ -1244,7 +1244,7 @@ class SqlScheduleStore(ScheduleStore):
         unique = {w.key: w for w in workloads}
         now = utc_now()
         values = [
-            {"workload_key": key, **w.to_dict(), "created_at": now}
+            {"workload_key": key, **_workload_columns(w), "created_at": now}
             for key, w in sorted(unique.items())
         ]  # to_dict's fields are the table's columns
         stmt = self._insert(WorkloadRow).on_conflict_do_nothing(index_elements=["workload_key"])
@@ -1370,6 +1370,13 @@ def _target(row: TargetRow) -> Target:
     return Target.from_dict(row.data)
 
 
+def _workload_columns(workload: Workload) -> dict[str, Any]:
+    """A WorkloadRow's values: the common fields, and the operator's own under ``params``."""
+    values = workload.to_dict()
+    own = {name: values.pop(name) for name, _ in workload.params}
+    return {**values, "params": own}
+
+
 def _workload(row: WorkloadRow) -> Workload:
     return Workload(
         op=row.op,
@@ -1381,6 +1388,7 @@ def _workload(row: WorkloadRow) -> Workload:
         b_layout=row.b_layout,
         epilogue=row.epilogue,
         allow_tf32=bool(row.allow_tf32),
+        params=tuple((row.params or {}).items()),
     )
 
 

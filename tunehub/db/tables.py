@@ -92,7 +92,8 @@ class TargetRow(Base):
 
 
 class WorkloadRow(Base):
-    """A workload, one typed column per field (they are what shape queries filter on)."""
+    """A workload, one typed column per common field (they are what shape queries filter on)
+    and the operator's own fields in ``params``."""
 
     __tablename__ = "workloads"
     __table_args__ = (Index("ix_workloads_shape", "op", "dtype", "m", "n", "k"),)
@@ -107,6 +108,9 @@ class WorkloadRow(Base):
     b_layout: Mapped[str] = mapped_column(String(16), server_default="row_major")
     epilogue: Mapped[str] = mapped_column(String(32))
     allow_tf32: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # The operator's own fields (``Workload.params``: bmm's batch, b_broadcast), {} for matmul.
+    # m, n, k above are the operator's GEMM view, which shape queries filter on.
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}")
     created_at: Mapped[datetime]
 
 

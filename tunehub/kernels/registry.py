@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from tunehub.core.registry import Registry, UnknownName
 from tunehub.kernels.base import Template
+from tunehub.kernels.blis_bmm import BlisBmmTemplate
 from tunehub.kernels.blis_gemm import BlisGemmTemplate
 from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
+from tunehub.kernels.torch_bmm import TorchBmmBaseline
 from tunehub.kernels.torch_gemm import TorchMatmulBaseline
 from tunehub.kernels.triton_gemm import TritonGemmTemplate
 
@@ -63,3 +65,5 @@ register(BlisGemmTemplate())
 register(NumpyGemmBaseline())
 register(TritonGemmTemplate())
 register(TorchMatmulBaseline())
+register(BlisBmmTemplate())
+register(TorchBmmBaseline())

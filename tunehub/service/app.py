@@ -36,6 +36,7 @@ from tunehub.service.routes_autotune import router as autotune_router
 from tunehub.service.routes_jobs import router as jobs_router
 from tunehub.service.routes_metrics import router as metrics_router
 from tunehub.service.routes_models import router as models_router
+from tunehub.service.routes_operators import router as operators_router
 from tunehub.service.routes_schedules import router as schedules_router
 from tunehub.service.routes_targets import router as targets_router
 from tunehub.service.routes_workers import router as workers_router
@@ -366,6 +367,7 @@ def create_app(
     app.include_router(targets_router)
     app.include_router(workers_router)
     app.include_router(models_router)
+    app.include_router(operators_router)
     app.include_router(autotune_router)
     app.include_router(metrics_router)
     app.include_router(dashboard.router)

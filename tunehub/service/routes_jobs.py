@@ -8,11 +8,23 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 
-from tunehub.core import ApiKey, Budget, InvalidSpec, Job, JobSpec, JobState, Scope, Target, utc_now
+from tunehub.core import (
+    ApiKey,
+    Budget,
+    InvalidSpec,
+    Job,
+    JobSpec,
+    JobState,
+    Scope,
+    Target,
+    Workload,
+    utc_now,
+)
 from tunehub.core.registry import UnknownName
 from tunehub.core.worker import LIVE_SECS
 from tunehub.db.store import JobNotFound, ScheduleStore
-from tunehub.kernels.registry import get_template
+from tunehub.kernels.base import Template
+from tunehub.kernels.registry import get_template, template_names
 from tunehub.service.auth import KeyedRoute, ReadAccess, needs_key
 from tunehub.service.deps import LocalTargetsDep, SettingsDep, StoreDep, resolve_target
 from tunehub.service.schemas import (
@@ -26,6 +38,7 @@ from tunehub.service.schemas import (
 from tunehub.service.settings import Settings
 from tunehub.tuner import LookupAnswer, baseline_dict, strategy_names
 from tunehub.tuner.best import best_dict, job_bests
+from tunehub.tuner.lookup import lookup_templates
 
 router = APIRouter(
     prefix="/api/v1/jobs", tags=["jobs"], route_class=KeyedRoute, dependencies=[ReadAccess]
@@ -146,10 +159,13 @@ def submit_job(
     except InvalidSpec as exc:  # rules that span fields, e.g. the m*n*k limit
         raise InvalidSpec(f"workload.{exc.field}", exc.reason) from None
     target = resolve_target(store, body.target, local=local)
-    try:
-        template = get_template(body.template)
-    except UnknownName as exc:
-        raise InvalidSpec("template", str(exc)) from None
+    if body.template is None:
+        template = default_template(workload, target)
+    else:
+        try:
+            template = get_template(body.template)
+        except UnknownName as exc:
+            raise InvalidSpec("template", str(exc)) from None
     template.check(workload, target)  # Unsupported: a 422 naming the field
     if body.strategy not in strategy_names():
         known = ", ".join(strategy_names())
@@ -170,6 +186,25 @@ def submit_job(
     )
     (out,) = job_outs(store, [job])
     return out
+
+
+def default_template(workload: Workload, target: Target) -> Template:
+    """The first template, by name, that runs ``workload`` on ``target``; else a 422 naming
+    what stops the closest one (the template of this operator and target kind that refuses
+    a field of the workload, e.g. its dtype), or the operator when none computes it here."""
+    runs = lookup_templates(workload, target, None)
+    if runs:
+        return runs[0]
+    for name in template_names():
+        tmpl = get_template(name)
+        if tmpl.baseline or tmpl.device_kind != target.kind:
+            continue
+        problem = tmpl.problem(workload, target)
+        if problem is not None and problem.field not in ("workload.op", "target"):
+            raise InvalidSpec(f"workload.{problem.field.removeprefix('workload.')}", problem.reason)
+    raise InvalidSpec(
+        "workload.op", f"no template computes {workload.op} on {target.kind} {target.name}"
+    )
 
 
 def check_budget(max_trials: int, max_secs: float, key: ApiKey, settings: Settings) -> None:

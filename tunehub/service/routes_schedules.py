@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 
 from tunehub.core import LOCAL_CPU, InvalidSpec, Scope, Workload
+from tunehub.core.operators import ParamValue, get_operator
+from tunehub.core.registry import UnknownName
 from tunehub.core.workload import MAX_DIM
 from tunehub.db.store import SCHEDULE_SORTS
 from tunehub.service import metrics
@@ -38,7 +40,6 @@ from tunehub.service.schemas import (
     Layout,
     LookupBatchOut,
     LookupRequest,
-    Op,
     ScheduleListOut,
     ScheduleOut,
 )
@@ -142,7 +143,16 @@ def best_schedule(
     m: QueryDim,
     n: QueryDim,
     k: QueryDim,
-    op: Op = "matmul",
+    op: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=32,
+            pattern=NAME_PATTERN,
+            description="Operator (`GET /api/v1/operators`); its own fields (`bmm`: `batch`, "
+            "`b_broadcast`) are query parameters of their own names.",
+        ),
+    ] = "matmul",
     dtype: Dtype = "float32",
     a_layout: Layout = "row_major",
     b_layout: Layout = "row_major",
@@ -192,6 +202,7 @@ def best_schedule(
     generation = request.app.state.lookup_cache.generation
     try:
         workload = Workload(
+            params=tuple(operator_params(op, request).items()),
             op=op,
             m=m,
             n=n,
@@ -236,6 +247,26 @@ def best_schedule(
     elif refused:
         out["tuning"] = TuningOutcome(False, None, refused).to_dict()
     return encoded_answer(request, out, generation, cacheable=not (queue or refused))
+
+
+# The lookup's own query parameters; any other name is one of the operator's own fields.
+_LOOKUP_QUERY = frozenset(
+    ("m", "n", "k", "op", "dtype", "a_layout", "b_layout", "epilogue", "allow_tf32", "target",
+     "template", "tune")
+)  # fmt: skip
+
+
+def operator_params(op: str, request: Request) -> dict[str, ParamValue]:
+    """The operator's own fields from the query string (``batch=8``); InvalidSpec naming a
+    name the operator does not have, or a value it refuses."""
+    names = [name for name in request.query_params if name not in _LOOKUP_QUERY]
+    if not names:
+        return {}
+    try:
+        operator = get_operator(op)
+    except UnknownName:
+        return {}  # Workload names the unknown op
+    return {name: operator.field(name).parse(request.query_params[name]) for name in names}
 
 
 def neighbour_index(request: Request) -> NeighbourIndex:

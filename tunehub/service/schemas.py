@@ -19,11 +19,10 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.core.job import DEFAULT_STRATEGY, MAX_SECS, MAX_TRIALS, NAME_LENGTHS
-from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, MAX_DIM, OPS
+from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS, MAX_DIM
 from tunehub.service.redact import public_error
 
 Dim = Annotated[int, Field(ge=1, le=MAX_DIM, strict=True)]
-Op = Literal[OPS]  # type: ignore[valid-type]
 Dtype = Literal[DTYPES]  # type: ignore[valid-type]
 Layout = Literal[LAYOUTS]  # type: ignore[valid-type]
 Epilogue = Literal[EPILOGUES]  # type: ignore[valid-type]
@@ -40,10 +39,22 @@ class _Strict(BaseModel):
 
 
 class WorkloadSpec(_Strict):
-    """A GEMM C[m,n] = epilogue(A[m,k] @ B[k,n] + bias[n]); C is row-major."""
+    """An operator and its shape: `matmul` is C[m,n] = epilogue(A[m,k] @ B[k,n] + bias[n]) (C
+    row-major); other operators (`GET /api/v1/operators`) add fields of their own next to
+    these (`bmm`: `batch`, `b_broadcast`), each checked by the operator (a 422 names a field
+    it does not have or a value it refuses)."""
 
-    op: Op = Field(default="matmul", description="Operator; only `matmul` so far.")
-    m: Dim = Field(description="Rows of A and C.")
+    # The operator's own fields arrive as extra members; Workload.from_dict checks them.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    op: str = Field(
+        default="matmul",
+        min_length=1,
+        max_length=32,
+        pattern=NAME_PATTERN,
+        description="Operator: `matmul` or `bmm` (the registered ones: `GET /api/v1/operators`).",
+    )
+    m: Dim = Field(description="Rows of A and C (per batch entry for `bmm`).")
     n: Dim = Field(description="Columns of B and C.")
     k: Dim = Field(description="Columns of A, rows of B.")
     dtype: Dtype = Field(
@@ -68,7 +79,7 @@ class WorkloadSpec(_Strict):
     )
 
     def to_core(self) -> Workload:
-        return Workload(**self.model_dump())
+        return Workload.from_dict(self.model_dump())
 
 
 class BudgetSpec(_Strict):
@@ -100,12 +111,14 @@ class JobRequest(_Strict):
         "stored target key (`GET /api/v1/targets`); a job for a target with no live worker "
         "waits in the queue.",
     )
-    template: str = Field(
-        default="blis.gemm",
+    template: str | None = Field(
+        default=None,
         min_length=1,
         max_length=NAME_LENGTHS["template"],
         pattern=NAME_PATTERN,
-        description="Kernel template to tune (`blis.gemm` on CPUs, `triton.gemm` on GPUs).",
+        description="Kernel template to tune (`blis.gemm` and `blis.bmm` on CPUs, "
+        "`triton.gemm` and `triton.bmm` on GPUs); by default the first, by name, that runs "
+        "the workload on the target.",
     )
     strategy: str = Field(
         default=DEFAULT_STRATEGY,

@@ -1,0 +1,232 @@
+"""Operators: what a workload computes, each with its own shape fields, validation and counts.
+
+A Workload is an operator name plus the fields every operator shares (``m``, ``n``, ``k`` — the
+operator's GEMM view, which the cost model and the lookup tiers compare shapes by — ``dtype``,
+operand layouts, ``epilogue``, ``allow_tf32``) and the operator's own fields (``params``:
+``batch`` for ``bmm``). An Operator says which own fields it has (names, types, defaults,
+limits), which epilogues it fuses, and how many flops and operand bytes a workload of it
+moves. The API, the store, the lookup tiers, the client and the CLI handle every operator
+through this spec; adding an operator adds its spec here (or through the
+``tunehub.operators`` entry points / ``$TUNEHUB_OPERATOR_MODULES``), its templates
+(``tunehub.kernels``) and its features (``tunehub.cost_model.features``).
+
+>>> get_operator("bmm").field("batch").check(4)
+4
+>>> get_operator("bmm").field("batch").check(0)
+Traceback (most recent call last):
+...
+tunehub.core.errors.InvalidSpec: batch: must be >= 1, got 0
+>>> get_operator("conv3d")
+Traceback (most recent call last):
+...
+tunehub.core.registry.UnknownName: unknown op 'conv3d'; known: bmm, matmul
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from tunehub.core.errors import InvalidSpec
+from tunehub.core.registry import Registry
+
+if TYPE_CHECKING:
+    from tunehub.core.workload import Workload
+
+PLUGINS_ENV = "TUNEHUB_OPERATOR_MODULES"
+
+ParamValue = int | bool
+Params = tuple[tuple[str, ParamValue], ...]
+
+ALL_EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One of an operator's own shape fields: an integer in [lo, hi] or a boolean."""
+
+    name: str
+    kind: str  # "int" or "bool"
+    default: ParamValue
+    description: str
+    lo: int = 1
+    hi: int = 1 << 16
+
+    def check(self, value: object) -> ParamValue:
+        """``value`` if it is valid (no coercion: ``True`` is not an int, ``"4"`` not 4)."""
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise InvalidSpec(self.name, f"must be true or false, got {value!r}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidSpec(self.name, f"must be an integer, got {value!r}")
+        if value < self.lo:
+            raise InvalidSpec(self.name, f"must be >= {self.lo}, got {value}")
+        if value > self.hi:
+            raise InvalidSpec(self.name, f"must be <= {self.hi}, got {value}")
+        return value
+
+    def parse(self, text: str) -> ParamValue:
+        """A query-string value (``"8"``, ``"true"``) checked as ``check`` does."""
+        if self.kind == "bool":
+            lowered = text.strip().lower()
+            if lowered not in ("true", "false", "1", "0"):
+                raise InvalidSpec(self.name, f"must be true or false, got {text!r}")
+            return lowered in ("true", "1")
+        try:
+            number = int(text)
+        except ValueError:
+            raise InvalidSpec(self.name, f"must be an integer, got {text!r}") from None
+        return self.check(number)
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "name": self.name,
+            "type": "boolean" if self.kind == "bool" else "integer",
+            "default": self.default,
+            "description": self.description,
+        }
+        if self.kind == "int":
+            out.update(minimum=self.lo, maximum=self.hi)
+        return out
+
+
+class Operator:
+    """An operator's spec. Subclasses set ``name``, ``description``, ``fields``,
+    ``epilogues`` and ``gemm`` (what m, n, k mean), and count flops and operand bytes."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    fields: ClassVar[tuple[Field, ...]] = ()
+    epilogues: ClassVar[tuple[str, ...]] = ALL_EPILOGUES
+    gemm: ClassVar[str] = "C[m, n] = A[m, k] @ B[k, n]"
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise InvalidSpec(name, self._not_a_field(name))
+
+    def _not_a_field(self, name: str) -> str:
+        own = ", ".join(f.name for f in self.fields) or "none"
+        return f"not a field of op {self.name} (its own fields: {own})"
+
+    def params(self, given: Mapping[str, object]) -> Params:
+        """Every own field's value, in the spec's order: given ones checked, others defaults.
+
+        InvalidSpec naming the field for an unknown name or a bad value."""
+        names = {f.name for f in self.fields}
+        for name in given:
+            if name not in names:
+                raise InvalidSpec(name, self._not_a_field(name))
+        return tuple(
+            (f.name, f.check(given[f.name]) if f.name in given else f.default) for f in self.fields
+        )
+
+    def multiplicity(self, workload: Workload) -> int:
+        """How many m x n x k products the workload is (``batch`` for bmm)."""
+        return 1
+
+    def flops(self, workload: Workload) -> int:
+        """Floating-point operations (2·m·n·k per product; epilogues are not counted)."""
+        return 2 * workload.m * workload.n * workload.k * self.multiplicity(workload)
+
+    def operand_bytes(self, workload: Workload, elem: int, out_elem: int) -> int:
+        """Bytes of the operands and the output together."""
+        count = self.multiplicity(workload)
+        inputs = (workload.m * workload.k + workload.k * workload.n) * count * elem
+        return inputs + workload.m * workload.n * count * out_elem
+
+    def shape_text(self, workload: Workload) -> str:
+        """The shape part of a workload's label (``256x256x256``)."""
+        return f"{workload.m}x{workload.n}x{workload.k}"
+
+    def check(self, workload: Workload) -> None:
+        """Rules that span fields (the common ones are checked by Workload)."""
+        if workload.epilogue not in self.epilogues:
+            raise InvalidSpec(
+                "epilogue",
+                f"op {self.name} fuses no {workload.epilogue} epilogue "
+                f"(supported: {', '.join(self.epilogues)})",
+            )
+
+    def to_dict(self) -> dict[str, object]:
+        """What ``GET /api/v1/operators`` says of it."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "gemm": self.gemm,
+            "fields": [f.to_dict() for f in self.fields],
+            "epilogues": list(self.epilogues),
+        }
+
+
+class Matmul(Operator):
+    name = "matmul"
+    description = "GEMM C[m, n] = epilogue(A[m, k] @ B[k, n] + bias[n])"
+
+
+class Bmm(Operator):
+    """Batched GEMM: ``batch`` independent products, or one B shared by every entry."""
+
+    name = "bmm"
+    description = (
+        "batched GEMM C[b, m, n] = A[b, m, k] @ B[b, k, n] for b < batch; with b_broadcast, "
+        "one B[k, n] serves every entry"
+    )
+    gemm = "each entry: C[b, m, n] = A[b, m, k] @ B[b, k, n]"
+    fields = (
+        Field("batch", "int", 1, "Number of products (A and C are batch x m x k, batch x m x n)."),
+        Field(
+            "b_broadcast",
+            "bool",
+            False,
+            "One B (k x n) for every batch entry (as torch.bmm of a B expanded along the batch); "
+            "else B is batch x k x n.",
+        ),
+    )
+    epilogues = ("none",)
+
+    def multiplicity(self, workload: Workload) -> int:
+        return int(workload.param("batch"))
+
+    def operand_bytes(self, workload: Workload, elem: int, out_elem: int) -> int:
+        batch = int(workload.param("batch"))
+        b_count = 1 if workload.param("b_broadcast") else batch
+        m, n, k = workload.m, workload.n, workload.k
+        return (m * k * batch + k * n * b_count) * elem + m * n * batch * out_elem
+
+    def shape_text(self, workload: Workload) -> str:
+        text = f"{workload.param('batch')}x{workload.m}x{workload.n}x{workload.k}"
+        return text + (" B:bcast" if workload.param("b_broadcast") else "")
+
+
+def _as_operator(loaded: object) -> Operator:
+    item = loaded() if isinstance(loaded, type) else loaded
+    if not isinstance(item, Operator):
+        raise TypeError(f"{loaded!r} is not a tunehub Operator")
+    return item
+
+
+OPERATORS: Registry[Operator] = Registry(
+    "tunehub.operators", kind="op", env_var=PLUGINS_ENV, coerce=_as_operator
+)
+
+
+def register_operator(operator: Operator) -> Operator:
+    """Make ``operator`` available under its name (a plugin module calls this at import)."""
+    return OPERATORS.register(operator.name, operator)
+
+
+def get_operator(name: str) -> Operator:
+    """The operator named ``name``; UnknownName (a KeyError) if none."""
+    return OPERATORS.get(name)
+
+
+def operator_names() -> tuple[str, ...]:
+    return OPERATORS.names()
+
+
+register_operator(Matmul())
+register_operator(Bmm())
