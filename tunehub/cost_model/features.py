@@ -368,6 +368,32 @@ def _triton(workload: Workload, target: Target, configs: Sequence[Config]) -> di
     return out
 
 
+# --- blis.bmm --------------------------------------------------------------------------------
+# blis.gemm's columns for one batch entry (m, n, k are an entry's), and the batch: its size,
+# whether B is shared, which loop the threads split (BPAR) and how evenly the batch split fills
+# the threads (the last round of entries keeps some idle). Shapes of bmm share one model.
+BMM_NAMES = (
+    *BLIS_NAMES,
+    "log2_batch", "b_broadcast", "bpar_batch", "batch_fill", "log2_entry_flops",
+)  # fmt: skip
+
+
+def _blis_bmm(workload: Workload, target: Target, configs: Sequence[Config]) -> dict[str, Column]:
+    out = _blis(workload, target, configs)
+    batch = float(workload.param("batch"))
+    threads = np.maximum(_knob(configs, "threads", 1), 1.0)
+    split = np.array([str(c.get("BPAR", "inner")) == "batch" for c in configs], dtype=np.float64)
+    rounds = _ceil_div(batch, threads)
+    out["log2_batch"] = np.asarray(math.log2(batch), dtype=np.float64)
+    out["b_broadcast"] = np.asarray(float(bool(workload.param("b_broadcast"))), dtype=np.float64)
+    out["bpar_batch"] = split
+    out["batch_fill"] = np.where(split > 0, batch / np.maximum(rounds * threads, 1.0), 1.0)
+    out["log2_entry_flops"] = np.asarray(
+        math.log2(2.0 * workload.m * workload.n * workload.k), dtype=np.float64
+    )
+    return out
+
+
 # --- generic -------------------------------------------------------------------------------
 def generic_feature_set(template: str, knob_names: Sequence[str]) -> FeatureSet:
     """Features for a template with no set of its own: the workload, then each knob's value
@@ -415,6 +441,7 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     "triton.gemm": FeatureSet(
         "triton.gemm", 6, TRITON_NAMES, _triton, consensus=1, default_margin=0.05
     ),
+    "blis.bmm": FeatureSet("blis.bmm", 1, BMM_NAMES, _blis_bmm, consensus=20),
 }
 
 
