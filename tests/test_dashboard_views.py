@@ -363,6 +363,7 @@ def test_empty_pages_say_how_to_begin(empty_site: tuple[str, str], browser: Brow
         text = browser.wait_for(
             page, "document.querySelector('#jobs-table .empty-row')?.textContent"
         )
+        keep_shot(browser, page, "no-jobs")
     finally:
         browser.close_tab(page)
     assert "No tuning jobs yet" in text and "tunehub tune 256 256 256" in text
@@ -429,6 +430,7 @@ def test_the_submit_form_offers_only_what_the_targets_run(
         assert browser.evaluate(page, chosen) == "transfer", "the default is chosen"
         targets = browser.evaluate(page, OPTIONS.format("target"))
         assert targets == ["local-cpu"], "only what this service runs"
+        keep_shot(browser, page, "submit-form")
         note = browser.evaluate(page, "document.getElementById('submit-note').textContent")
         assert "1 other stored target has no live worker" in note
         assert browser.evaluate(page, "document.getElementById('tf32-field').hidden") is True
@@ -493,6 +495,7 @@ def test_unknown_dashboard_paths_get_a_page_and_the_api_keeps_json(
         home = browser.wait_for(page, "document.getElementById('home-link')?.href")
         said = browser.evaluate(page, "document.getElementById('not-found-path').textContent")
         title = browser.evaluate(page, "document.title")
+        keep_shot(browser, page, "not-found")
     finally:
         browser.close_tab(page)
     assert home == busy_site + "/" and said == "/no/such/page" and "Not found" in title
