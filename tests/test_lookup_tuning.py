@@ -136,6 +136,22 @@ def test_lookup_jobs_are_capped_and_the_cap_leaves_people_alone(
     assert tune(client, 4, key)["tuning"]["queued"] is False
 
 
+def test_a_keys_lookup_jobs_do_not_count_against_its_own_job_limit(
+    memory: MemoryScheduleStore, tmp_path: Path
+) -> None:
+    """A key whose ``tune=true`` lookups queued jobs may still submit as many jobs of its own
+    as its limit allows: the lookup jobs have their own bound (issue 27)."""
+    with app_client(memory, tmp_path, max_lookup_jobs=5, max_queued_jobs_per_key=2) as client:
+        key = add_key(memory, Scope.WRITE)
+        assert [tune(client, i, key)["tuning"]["queued"] for i in range(3)] == [True] * 3
+        body = {"workload": {**SHAPE}, "budget": {"max_trials": 4, "max_secs": 30}}
+        codes = [
+            client.post("/api/v1/jobs", json=body, headers={"X-API-Key": key}).status_code
+            for _ in range(3)
+        ]
+        assert codes == [202, 202, 429], codes  # its own two, then its own limit
+
+
 def test_a_cap_of_zero_turns_lookup_tuning_off(memory: MemoryScheduleStore, tmp_path: Path) -> None:
     with app_client(memory, tmp_path, max_lookup_jobs=0) as c:
         answer = tune(c, 0, add_key(memory, Scope.WRITE))

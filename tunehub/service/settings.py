@@ -147,7 +147,10 @@ class Settings(BaseSettings):
         description="Most tuning seconds one job may ask for.",
     )
     max_queued_jobs_per_key: int = Field(
-        default=20, ge=1, description="Jobs one key may have queued or running at once."
+        default=20,
+        ge=1,
+        description="Jobs one key may have queued or running at once; the jobs its `tune=true` "
+        "lookups queued do not count (TUNEHUB_MAX_LOOKUP_JOBS bounds those).",
     )
     max_queued_jobs: int = Field(
         default=500, ge=1, description="Jobs the whole service may have queued or running."
