@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -20,7 +19,13 @@ from tunehub.core import (
     Target,
     Worker,
 )
-from tunehub.db.store import SCHEDULE_SORTS, ScheduleListing
+from tunehub.db.store import (
+    SCHEDULE_SORTS,
+    ChangeMark,
+    LookupChanges,
+    QueueFull,
+    ScheduleListing,
+)
 
 KEY_LENGTH = 64  # sha256 hex: workload, target, family and config keys
 UID_LENGTH = 32  # uuid4 hex: record uids
@@ -301,8 +306,6 @@ def check_queue(
     priority_limit: int | None = None,
 ) -> None:
     """Raise QueueFull when a new job would pass a limit on queued-or-running jobs."""
-    from tunehub.db.store import QueueFull
-
     if priority_limit is not None and at_priority >= priority_limit:
         raise QueueFull(
             f"{at_priority} jobs queued by lookups are queued or running, the limit is "
@@ -334,37 +337,6 @@ CHANGE_LOOKBACK_IDS = 1000
 CHANGE_MAX_LISTED = 10_000
 # Finished jobs are looked back over this long, for the same reason.
 CHANGE_LOOKBACK_SECS = 60.0
-
-
-@dataclass(frozen=True)
-class ChangeMark:
-    """Where a reader of ``ScheduleStore.lookup_changes`` stands (opaque to it): the newest
-    record id seen and the ids seen just below it, the finished jobs seen, the models' and
-    the API keys' fingerprints."""
-
-    record_id: int = 0
-    seen_records: frozenset[int] = frozenset()
-    jobs_since: datetime | None = None
-    seen_jobs: frozenset[tuple[int, datetime]] = frozenset()
-    models: tuple[int, int] = (0, 0)
-    api_keys: tuple[int, str] = (0, "")
-
-
-@dataclass(frozen=True)
-class LookupChanges:
-    """What changed since a mark: the workloads whose schedules, baselines or confirmations
-    may have changed (None: too many to list, assume all), whether models or API keys did."""
-
-    mark: ChangeMark
-    workload_keys: frozenset[str] | None = frozenset()
-    models: bool = False
-    api_keys: bool = False
-
-    @property
-    def any(self) -> bool:
-        return (
-            self.workload_keys is None or bool(self.workload_keys) or self.models or self.api_keys
-        )
 
 
 def record_floor(since: ChangeMark | None) -> int | None:

@@ -36,8 +36,6 @@ from tunehub.db.common import (
     ACTIVE_STATES,
     CHANGE_LOOKBACK_IDS,
     CHANGE_MAX_LISTED,
-    ChangeMark,
-    LookupChanges,
     changes_since,
     check_baseline,
     check_model,
@@ -66,8 +64,10 @@ from tunehub.db.common import (
 )
 from tunehub.db.store import (
     ApiKeyNotFound,
+    ChangeMark,
     JobNotFound,
     LeaseLost,
+    LookupChanges,
     ScheduleListing,
     ScheduleStore,
     TunedShape,

@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from tunehub.core import (
     ApiKey,
@@ -51,9 +51,6 @@ from tunehub.core.apikey import NO_LIMITS
 from tunehub.core.fairshare import FairShare
 from tunehub.core.job import PERSON_PRIORITY
 from tunehub.core.owner import DEFAULT_LEASE_SECS
-
-if TYPE_CHECKING:  # common imports this module's listing types
-    from tunehub.db.common import ChangeMark, LookupChanges
 
 # Most keys in one ``IN (...)`` list: bulk reads are split in chunks of this many (SQLite
 # allows 32766 bound parameters, PostgreSQL 65535; smaller lists plan well on both).
@@ -147,6 +144,37 @@ class TunedShape(NamedTuple):
     b_layout: str
     epilogue: str
     config: str  # the config as the store holds it: JSON text (decoded once per distinct one)
+
+
+@dataclass(frozen=True)
+class ChangeMark:
+    """Where a reader of ``ScheduleStore.lookup_changes`` stands (opaque to it): the newest
+    record id seen and the ids seen just below it, the finished jobs seen, the models' and
+    the API keys' fingerprints."""
+
+    record_id: int = 0
+    seen_records: frozenset[int] = frozenset()
+    jobs_since: datetime | None = None
+    seen_jobs: frozenset[tuple[int, datetime]] = frozenset()
+    models: tuple[int, int] = (0, 0)
+    api_keys: tuple[int, str] = (0, "")
+
+
+@dataclass(frozen=True)
+class LookupChanges:
+    """What changed since a mark: the workloads whose schedules, baselines or confirmations
+    may have changed (None: too many to list, assume all), whether models or API keys did."""
+
+    mark: ChangeMark
+    workload_keys: frozenset[str] | None = frozenset()
+    models: bool = False
+    api_keys: bool = False
+
+    @property
+    def any(self) -> bool:
+        return (
+            self.workload_keys is None or bool(self.workload_keys) or self.models or self.api_keys
+        )
 
 
 class ScheduleStore(ABC):

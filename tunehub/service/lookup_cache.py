@@ -40,8 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tunehub.core import ApiKey
 from tunehub.core.damped import DampedLog
-from tunehub.db.common import ChangeMark, LookupChanges
-from tunehub.db.store import ScheduleStore
+from tunehub.db.store import ChangeMark, LookupChanges, ScheduleStore
 from tunehub.service import metrics
 from tunehub.service.auth import KEY_STATE
 from tunehub.service.schemas import ScheduleOut
