@@ -42,7 +42,13 @@ from tunehub.service.routes_targets import router as targets_router
 from tunehub.service.routes_workers import router as workers_router
 from tunehub.service.runner import JobRunner
 from tunehub.service.schemas import HealthOut
-from tunehub.service.security import BodyLimit, CrossSiteCheck, HostCheck, SecurityHeaders
+from tunehub.service.security import (
+    BodyLimit,
+    CrossSiteCheck,
+    HostCheck,
+    KeylessRateLimit,
+    SecurityHeaders,
+)
 from tunehub.service.settings import Settings
 from tunehub.service.store_health import RETRY_AFTER_SECS, StoreHealth
 from tunehub.tuner.lookup import NeighbourIndex
@@ -386,6 +392,8 @@ def create_app(
             allow_headers=[API_KEY_HEADER, "Authorization", "Content-Type"],
         )
     app.add_middleware(CrossSiteCheck, cors_origins=settings.cors_origins)
+    app.add_middleware(KeylessRateLimit, per_sec=settings.keyless_requests_per_sec,
+                       burst=settings.keyless_burst)  # fmt: skip
     # Cached single lookups are answered here: inside the host check and the headers.
     app.add_middleware(FastLookup, cache=lookup_cache, read_requires_key=settings.read_requires_key)
     app.add_middleware(HostCheck, allowed=settings.allowed_hosts)

@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import anyio.from_thread
 import pydantic_core
+from fastapi import Request
 from pydantic import TypeAdapter, ValidationError
 
 from tunehub.core import InvalidSpec, Workload
@@ -25,8 +27,19 @@ from tunehub.service.schemas import LookupItem, ScheduleOut
 from tunehub.tuner.lookup import LookupAnswer, LookupQuery, UntunedAnswer
 
 _ITEMS: TypeAdapter[list[LookupItem]] = TypeAdapter(list[LookupItem])
+# The status logged for a batch whose caller left before its answer (nginx's convention).
+CLIENT_CLOSED = 499
 # ScheduleOut's fields in its order; those an answer leaves out are null (their default).
 _SCHEDULE_FIELDS = tuple(ScheduleOut.model_fields)
+
+
+def caller_left(request: Request) -> bool:
+    """Whether the client of ``request`` has gone (asked from the route's worker thread; a
+    call from outside the event loop's threads answers False)."""
+    try:
+        return bool(anyio.from_thread.run(request.is_disconnected))
+    except RuntimeError:  # not a worker thread of the event loop
+        return False
 
 
 def parse_items(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
@@ -15,7 +16,9 @@ from tunehub.db.store import SCHEDULE_SORTS
 from tunehub.service import metrics
 from tunehub.service.auth import KeyedRoute, ReadAccess, authorize
 from tunehub.service.batch_lookup import (
+    CLIENT_CLOSED,
     cached_item,
+    caller_left,
     encode,
     encode_schedule,
     item_key,
@@ -46,6 +49,7 @@ from tunehub.service.schemas import (
 from tunehub.service.settings import Settings
 from tunehub.tuner.lookup import (
     LookupAnswer,
+    LookupCancelled,
     LookupQuery,
     LookupTuningLimits,
     NeighbourIndex,
@@ -54,6 +58,7 @@ from tunehub.tuner.lookup import (
     find_schedule,
     find_schedules,
     predict_schedule,
+    predict_schedules,
     queue_lookup_tuning,
 )
 
@@ -352,16 +357,27 @@ def lookup_schedules(
                 results[i], tiers[i] = cached.body, cached.source
         queries = unknown
     answers = find_schedules(store, [q for _, q in queries])
-    neighbours = neighbour_index(request)
+    # The untuned items together (their candidates scored in one call), abandoned if the
+    # caller leaves meanwhile.
+    asked = [(i, q) for (i, q), answer in zip(queries, answers, strict=True) if answer is None]
+    try:
+        guessed = predict_schedules(
+            store,
+            [q for _, q in asked],
+            models,
+            neighbours=neighbour_index(request),
+            cancelled=partial(caller_left, request),
+        )
+    except LookupCancelled:
+        return Response(status_code=CLIENT_CLOSED)
+    guesses = {i: guess for (i, _), guess in zip(asked, guessed, strict=True)}
     untuned: list[tuple[int, UntunedAnswer]] = []
     tuning: dict[int, dict[str, Any]] = {}
     keep: list[tuple[bytes, CachedAnswer]] = []
     for (i, q), answer in zip(queries, answers, strict=True):
         found: LookupAnswer | UntunedAnswer | None = answer
         if found is None:
-            found = predict_schedule(
-                store, q.workload, q.target, models, template=q.template, neighbours=neighbours
-            )
+            found = guesses[i]
             if found is None:
                 reason = f"no template runs {q.workload.label} on {q.target.label}"
                 results[i] = miss(404, reason, ())

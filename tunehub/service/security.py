@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Iterable
 from urllib.parse import urlsplit
@@ -205,6 +206,66 @@ class BodyLimit:
 
     def _too_large(self) -> str:
         return f"the request body is larger than {self.max_bytes} bytes (TUNEHUB_MAX_BODY_BYTES)"
+
+
+class KeylessRateLimit:
+    """A token bucket per client address for API requests that carry no key (``X-API-Key``
+    or ``Authorization``): ``per_sec`` a second on average, ``burst`` at once; beyond, 429
+    with ``Retry-After``. Reads are open to anyone by default, and a keyless caller should
+    not be able to hold the service; callers with a key are limited by their key's limits.
+    ``per_sec`` 0: no limit. Cached single lookups are answered before this (they cost a
+    dictionary read)."""
+
+    MAX_CLIENTS = 10_000  # buckets kept; full ones are dropped first beyond it
+
+    def __init__(self, app: ASGIApp, *, per_sec: float, burst: int) -> None:
+        self.app = app
+        self.per_sec = per_sec
+        self.burst = max(1, burst)
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, when)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or self.per_sec <= 0
+            or not scope.get("path", "").startswith("/api/")
+            or _header(scope, b"x-api-key")
+            or _header(scope, b"authorization")
+        ):
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        address = str(client[0]) if client else "unknown"
+        now = time.monotonic()
+        tokens, when = self._buckets.get(address, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - when) * self.per_sec)
+        if tokens < 1.0:
+            self._buckets[address] = (tokens, now)
+            retry = max(1, math.ceil((1.0 - tokens) / self.per_sec))
+            await _answer(
+                send,
+                429,
+                f"more than {self.per_sec:g} requests a second without an API key from "
+                f"{address} (TUNEHUB_KEYLESS_REQUESTS_PER_SEC); retry after {retry} s, or send "
+                "a key",
+                headers=[("retry-after", str(retry))],
+            )
+            return
+        self._buckets[address] = (tokens - 1.0, now)
+        if len(self._buckets) > self.MAX_CLIENTS:
+            self._prune(now)
+        await self.app(scope, receive, send)
+
+    def _prune(self, now: float) -> None:
+        full = [
+            a
+            for a, (tokens, when) in self._buckets.items()
+            if tokens + (now - when) * self.per_sec >= self.burst
+        ]
+        for address in full:
+            del self._buckets[address]
+        while len(self._buckets) > self.MAX_CLIENTS:  # all busy: the oldest go
+            del self._buckets[next(iter(self._buckets))]
 
 
 class SecurityHeaders:

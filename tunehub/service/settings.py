@@ -166,6 +166,16 @@ class Settings(BaseSettings):
         ge=1,
         description="Connections `tunehub serve` keeps at once; beyond, it answers 503.",
     )
+    keyless_requests_per_sec: float = Field(
+        default=0.0,
+        ge=0,
+        description="API requests a second one client address may send without a key (a "
+        "token bucket; 429 with Retry-After beyond; 0: no limit). Cached single lookups are "
+        "not counted.",
+    )
+    keyless_burst: int = Field(
+        default=400, ge=1, description="Keyless requests one address may send at once."
+    )
     job_slice_secs: float = Field(
         default=300.0,
         gt=0,
