@@ -601,8 +601,12 @@ def main() -> int:
         "target": target,
     }
     runs: list[dict[str, Any]] = []
-    with local_service(args.url, args.api_key, gpus="none" if args.dry_run else "auto",
-                       home=args.home) as service:  # fmt: skip
+    # The service only answers lookups while the contenders run: no background trainer and,
+    # with --skip-tune, no GPU worker, so nothing of it competes with the timed steps for the
+    # host's cores or the GPU (a fleet's service runs elsewhere).
+    gpus = "none" if args.dry_run or args.skip_tune else "auto"
+    with local_service(args.url, args.api_key, gpus=gpus, home=args.home,
+                       TUNEHUB_TRAIN_MODELS="false") as service:  # fmt: skip
         workloads = [w for m, c in cases if c not in ("offline",) for w in
                      gemm_workloads(args, m, c)]  # fmt: skip
         if device == "cpu":
