@@ -295,3 +295,21 @@ def _bmm_record(workload: Workload, target: Any) -> Any:
     return MeasureRecord(
         request=request, result=MeasureResult(MeasureStatus.OK, repeat_secs=(1e-4,))
     )
+
+
+# --- the CLI ---------------------------------------------------------------------------------
+def test_the_cli_names_a_bad_operator_field_by_its_option(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tunehub.cli import main
+
+    env = {"TUNEHUB_HOME": str(tmp_path)}
+    runner = CliRunner()
+    zero = runner.invoke(
+        main, ["tune", "--op", "bmm", "--field", "batch=0", "8", "8", "8"], env=env
+    )
+    assert zero.exit_code == 2 and "Invalid value for --field batch: must be >= 1" in zero.output
+    other = runner.invoke(main, ["lookup", "--field", "batch=2", "8", "8", "8"], env=env)
+    assert other.exit_code == 2 and "not a field of op matmul" in other.output
+    shape = runner.invoke(main, ["tune", "--op", "bmm", "--field", "batch", "8", "8", "8"], env=env)
+    assert shape.exit_code == 2 and "expected NAME=VALUE" in shape.output

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from difflib import get_close_matches
 from typing import Any, NoReturn
 
 import click
 
 from tunehub.core import InvalidSpec, Workload
-from tunehub.core.workload import DTYPES, EPILOGUES, LAYOUTS
+from tunehub.core.operators import ParamValue
+from tunehub.core.workload import COMMON_FIELDS, DTYPES, EPILOGUES, LAYOUTS
 
 NEGATIVE = re.compile(r"-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?", re.IGNORECASE)
 
@@ -59,9 +61,15 @@ def make_workload(
     a_layout: str = "row_major",
     b_layout: str = "row_major",
     allow_tf32: bool = False,
+    op: str = "matmul",
+    fields: Sequence[str] = (),
 ) -> Workload:
+    """The workload the options describe; ``fields`` are the operator's own, as NAME=VALUE
+    (``batch=8``), each checked by the operator (a bad one names its option)."""
     try:
+        own = operator_fields(op, fields)
         return Workload(
+            op=op,
             m=m,
             n=n,
             k=k,
@@ -70,18 +78,41 @@ def make_workload(
             a_layout=a_layout,
             b_layout=b_layout,
             allow_tf32=allow_tf32,
+            params=tuple(own.items()),
         )
     except InvalidSpec as exc:
         raise click.BadParameter(exc.reason, param_hint=param_hint(exc.field)) from None
 
 
+def operator_fields(op: str, fields: Sequence[str]) -> dict[str, ParamValue]:
+    """``--field NAME=VALUE`` options as the operator's own field values."""
+    from tunehub.core.operators import get_operator
+    from tunehub.core.registry import UnknownName
+
+    if not fields:
+        return {}
+    try:
+        operator = get_operator(op)
+    except UnknownName:
+        return {}  # the Workload names the unknown op
+    own: dict[str, ParamValue] = {}
+    for item in fields:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InvalidSpec("field", f"expected NAME=VALUE, got {item!r}")
+        own[name.strip()] = operator.field(name.strip()).parse(value)
+    return own
+
+
 def param_hint(field: str) -> str:
     """How the command line names a workload's field: the shape is positional (``'M'``),
-    the rest are options (``--a-layout``)."""
+    the common fields are options (``--a-layout``), an operator's own go by ``--field``."""
     field = field.removeprefix("workload.")
     if field in ("m", "n", "k"):
         return f"'{field.upper()}'"
-    return f"--{field.replace('_', '-')}"
+    if field in COMMON_FIELDS or field == "field":
+        return f"--{field.replace('_', '-')}"
+    return f"--field {field}"
 
 
 class NumbersCommand(click.Command):
@@ -137,6 +168,20 @@ def workload_options(func: Any) -> Any:
             help="col_major: B is stored as a row-major N x K matrix (a linear layer's weight).",
         ),
         click.option("--allow-tf32", is_flag=True, help="float32: allow TensorFloat-32 products."),
+        click.option(
+            "--op",
+            default="matmul",
+            show_default=True,
+            help="Operator (matmul, bmm, ...); M N K are its GEMM view (per batch entry for bmm).",
+        ),
+        click.option(
+            "--field",
+            "fields",
+            multiple=True,
+            metavar="NAME=VALUE",
+            help="One of the operator's own fields, e.g. --op bmm --field batch=8 "
+            "--field b_broadcast=true (repeatable).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)

@@ -36,11 +36,15 @@ def lookup(
     a_layout: str,
     b_layout: str,
     allow_tf32: bool,
+    op: str,
+    fields: tuple[str, ...],
     target: str,
     url: str | None,
 ) -> None:
     """Print the best known schedule for an MxNxK GEMM as JSON (exit 1 if none is known)."""
-    workload = make_workload(m, n, k, dtype, epilogue, a_layout, b_layout, allow_tf32)
+    workload = make_workload(
+        m, n, k, dtype, epilogue, a_layout, b_layout, allow_tf32, op=op, fields=fields
+    )
     server = server_url(url)
     if server:
         from httpx import HTTPError

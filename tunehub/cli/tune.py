@@ -18,8 +18,13 @@ from tunehub.cli.common import (
     workload_options,
 )
 from tunehub.cli.progress import DEFAULT_EVERY_SECS, trial_progress
-from tunehub.core import Budget
+from tunehub.core import Budget, Target
 from tunehub.core.job import DEFAULT_STRATEGY, MAX_SECS, MAX_TRIALS
+
+
+def local_kind_target(kind: str) -> Target:
+    """A stand-in target of ``kind`` to read templates' capabilities by (their ops)."""
+    return Target(kind=kind, name="any", arch=(), cores=1)
 
 
 @click.command(cls=NumbersCommand)
@@ -33,7 +38,12 @@ from tunehub.core.job import DEFAULT_STRATEGY, MAX_SECS, MAX_TRIALS
     show_default=True,
     help="Where to tune: cpu, or cuda:N for this host's GPU N.",
 )
-@click.option("--template", default=None, help="Default: blis.gemm on cpu, triton.gemm on GPUs.")
+@click.option(
+    "--template",
+    default=None,
+    help="Default: the operator's template for the device (blis.gemm / blis.bmm on cpu, "
+    "triton.gemm on GPUs).",
+)
 @click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True)
 @click.option("--trials", type=click.IntRange(1, MAX_TRIALS), default=32, show_default=True)
 @click.option(
@@ -63,6 +73,8 @@ def tune(
     a_layout: str,
     b_layout: str,
     allow_tf32: bool,
+    op: str,
+    fields: tuple[str, ...],
     device: str,
     template: str | None,
     strategy: str,
@@ -72,7 +84,9 @@ def tune(
     as_json: bool,
     progress_every: float,
 ) -> None:
-    """Tune an MxNxK GEMM on this machine (its CPU, or a GPU), without a server.
+    """Tune an MxNxK GEMM on this machine (its CPU, or a GPU), without a server; another
+    operator with --op and its own fields with --field (``tunehub tune --op bmm --field
+    batch=16 128 128 64``).
 
     Measurements and the best schedule go to the local database, as a job that shows on the
     dashboard. The winner is re-timed against the runners-up, then compared with the vendor
@@ -83,7 +97,7 @@ def tune(
     from tunehub.core.owner import new_owner
     from tunehub.core.registry import UnknownName
     from tunehub.kernels.base import TimingPolicy
-    from tunehub.kernels.registry import get_template
+    from tunehub.kernels.registry import get_template, template_names
     from tunehub.tuner import (
         LeaseKeeper,
         baseline_dict,
@@ -95,7 +109,9 @@ def tune(
     from tunehub.tuner.lookup import LIBRARY_TIE, config_threads
     from tunehub.workers.local import LocalMeasurer
 
-    workload = make_workload(m, n, k, dtype, epilogue, a_layout, b_layout, allow_tf32)
+    workload = make_workload(
+        m, n, k, dtype, epilogue, a_layout, b_layout, allow_tf32, op=op, fields=fields
+    )
     if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
         raise click.BadParameter("use cpu or cuda:N", param_hint="--device")
     if strategy not in known_strategies():
@@ -103,7 +119,19 @@ def tune(
             f"unknown strategy {strategy!r}; known: {', '.join(known_strategies())}",
             param_hint="--strategy",
         )
-    template = template or ("blis.gemm" if device == "cpu" else "triton.gemm")
+    if template is None:
+        # The first template, by name, that computes the operator on this kind of device.
+        kind = "cpu" if device == "cpu" else "cuda"
+        template = next(
+            (
+                name
+                for name in template_names()
+                if not get_template(name).baseline
+                and get_template(name).device_kind == kind
+                and workload.op in get_template(name).capabilities(local_kind_target(kind)).ops
+            ),
+            "blis.gemm" if device == "cpu" else "triton.gemm",
+        )
     try:
         tmpl = get_template(template)
     except UnknownName as exc:
