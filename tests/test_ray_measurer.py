@@ -5,6 +5,7 @@ whose fingerprint is not the target it claims."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -18,11 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import tests.faulty_template  # registers the test templates in this process too
 from tests.db_fixtures import empty_pg_database
-from tests.live import LiveServer
+from tests.live import LiveServer, ServedApp
 from tests.ray_fixtures import *  # noqa: F403 - the ray_cluster fixture (skips without Ray)
 from tests.ray_fixtures import REPO, add_worker_node
 from tests.test_leases import allow_connections
@@ -42,8 +44,10 @@ from tunehub.core import (
 )
 from tunehub.db import MemoryScheduleStore, ScheduleStore, SqlScheduleStore, upgrade
 from tunehub.kernels.registry import get_template
+from tunehub.service.app import create_app
 from tunehub.service.routes_jobs import job_out
 from tunehub.service.runner import JobRunner
+from tunehub.service.settings import Settings
 from tunehub.workers.ray_measurer import RayCluster
 
 WORKLOAD = Workload(m=16, n=16, k=16)
@@ -112,7 +116,12 @@ def two_nodes(ray_cluster: Any) -> Iterator[list[Any]]:
 
 
 def ray_workers(store: ScheduleStore) -> list[Any]:
-    return [w for w in store.list_workers() if w.kind == "ray"]
+    """The Ray workers registered and not lost (a dead actor's row stays, marked lost)."""
+    return [w for w in store.list_workers() if w.kind == "ray" and w.info.get("state") != "lost"]
+
+
+def lost_workers(store: ScheduleStore) -> list[Any]:
+    return [w for w in store.list_workers() if w.info.get("state") == "lost"]
 
 
 def test_requests_and_results_are_plain_data_that_pickle() -> None:
@@ -179,6 +188,8 @@ def test_a_killed_actor_s_requests_are_measured_by_another_and_the_job_goes_on(
     # The runner's discovery (every 0.5 s) retires the dead actor's worker; on a loaded
     # machine the job can finish first, so wait for it rather than race it.
     wait_for(lambda: victim.worker_id not in {w.worker_id for w in ray_workers(store)}, timeout=30)
+    (lost,) = lost_workers(store)  # kept, with why
+    assert lost.worker_id == victim.worker_id and lost.info["lost"]
 
 
 def test_a_lost_node_s_requests_are_measured_on_the_other_node_and_the_job_goes_on(
@@ -258,6 +269,59 @@ def test_a_lost_node_hands_the_job_back_until_a_worker_joins(
         if second is not None:
             kill_group(second)
     check_records(store, job_id, "test.pipeline", 20)
+
+
+def ok_records(store: ScheduleStore, job_id: int) -> int:
+    return sum(r.status is MeasureStatus.OK for r in store.job_records(job_id))
+
+
+def test_a_sigkilled_actor_is_listed_lost_and_a_killed_worker_command_stops_its_node_at_once(
+    runner: JobRunner, ray_cluster: Any, tmp_path: Path
+) -> None:
+    """An actor's process SIGKILLed (the OOM killer) stays in GET /api/v1/workers as `lost`
+    with why, and a new actor takes its device; `tunehub worker` SIGKILLed takes its node down
+    within seconds (not after Ray's 30 s drain, measuring all the while)."""
+    store = runner.store
+    job_id = submit(store, "test.pipeline", trials=60)
+    proc = start_worker_process(ray_cluster.address)
+    settings = Settings(home=tmp_path, run_jobs=False, train_models=False)
+    try:
+        runner.start()
+        with ServedApp(create_app(settings, store=store)) as app:
+
+            def listed() -> dict[str, dict[str, Any]]:
+                found = httpx.get(f"{app.url}/api/v1/workers", timeout=10).json()["workers"]
+                return {w["worker_id"]: w for w in found if w["kind"] == "ray"}
+
+            wait_for(lambda: ok_records(store, job_id) >= 3, timeout=90)
+            (victim,) = ray_workers(store)
+            os.kill(victim.pid, signal.SIGKILL)
+            wait_for(lambda: listed().get(victim.worker_id, {}).get("state") == "lost", 30)
+            row = listed()[victim.worker_id]
+            assert row["live"] is False and row["job_id"] is None and row["config"] is None
+            assert "actor died" in row["lost_reason"], row  # Ray's words
+            wait_for(lambda: len(ray_workers(store)) == 1, timeout=60)
+            (second,) = ray_workers(store)
+            assert second.worker_id != victim.worker_id
+            assert second.info["node"] == victim.info["node"]
+            done = ok_records(store, job_id)
+            wait_for(lambda: ok_records(store, job_id) >= done + 2, timeout=60)
+            sandboxes = children(second.pid)
+            proc.kill()  # SIGKILL `tunehub worker` alone: its `ray start` is told by the kernel
+            proc.wait(10)
+            killed = time.monotonic()
+            wait_for(lambda: not alive(second.pid), timeout=10)
+            wait_for(lambda: not any(alive(pid) for pid in sandboxes), timeout=5)
+            assert time.monotonic() - killed < 10
+            settled = ok_records(store, job_id)
+            time.sleep(1.0)
+            assert ok_records(store, job_id) == settled, "the node measured on"
+            wait_for(lambda: listed()[second.worker_id]["state"] == "lost", 30)
+            assert {w["state"] for w in listed().values()} == {"lost"}
+    finally:
+        kill_group(proc)
+        with contextlib.suppress(ProcessLookupError):  # what it left, had it left anything
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_a_worker_whose_fingerprint_is_not_the_target_it_claims_is_refused(

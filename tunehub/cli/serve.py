@@ -265,7 +265,13 @@ def worker(address: str, cpu: bool, gpus: str, claim: str | None) -> None:
         "--disable-usage-stats",
     ]  # fmt: skip
     click.echo(f"tunehub: joining the Ray cluster at {address}, offering {', '.join(devices)}")
-    proc = subprocess.Popen(command, preexec_fn=_die_with_parent)
+    # Stopped (or its parent gone: _die_with_parent), `ray start` would first drain the node
+    # for up to 30 s, and the service's actors on it hold their leases, so they would go on
+    # measuring all that time: the node is torn down at once instead (the service sends what
+    # they had in flight to another worker).
+    env = dict(os.environ)
+    env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+    proc = subprocess.Popen(command, preexec_fn=_die_with_parent, env=env)
 
     def forward(signum: int, frame: object) -> None:
         proc.send_signal(signum)

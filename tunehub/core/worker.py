@@ -29,4 +29,8 @@ class Worker:
     info: dict[str, Any] = field(default_factory=dict)
 
     def live(self, now: datetime, within_secs: float = LIVE_SECS) -> bool:
+        """Reported within ``within_secs`` and not known dead (``info["state"]`` ``lost``: a
+        Ray actor that died is kept, marked so, until it ages out)."""
+        if self.info.get("state") == "lost":
+            return False
         return now - self.heartbeat_at <= timedelta(seconds=within_secs)

@@ -55,9 +55,10 @@ MAX_PAGE = 1000
 
 
 def live_target_keys(store: ScheduleStore) -> set[str]:
-    """Targets with a worker that reported within the last LIVE_SECS."""
-    since = utc_now() - timedelta(seconds=LIVE_SECS)
-    return {w.target_key for w in store.list_workers(live_since=since)}
+    """Targets with a worker that reported within the last LIVE_SECS (and is not lost)."""
+    now = utc_now()
+    since = now - timedelta(seconds=LIVE_SECS)
+    return {w.target_key for w in store.list_workers(live_since=since) if w.live(now)}
 
 
 class Lookups:

@@ -59,8 +59,9 @@ def list_targets(store: StoreDep, local: LocalTargetsDep) -> TargetListOut:
     targets first, each with the templates a job on it may name and what they run there; and
     the search strategies. A job may name any target; one with no live worker waits in the
     queue."""
-    since = utc_now() - timedelta(seconds=LIVE_SECS)
-    workers = store.list_workers(live_since=since)
+    now = utc_now()
+    since = now - timedelta(seconds=LIVE_SECS)
+    workers = [w for w in store.list_workers(live_since=since) if w.live(now)]  # not lost
     items = []
     for target in store.list_targets():
         mine = [w for w in workers if w.target_key == target.target_key]
@@ -79,7 +80,9 @@ def get_target(target_key: TargetKey, store: StoreDep, local: LocalTargetsDep) -
     target = local.get(target_key) or store.get_target(target_key)
     if target is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no target {target_key!r}")
-    since = utc_now() - timedelta(seconds=LIVE_SECS)
-    workers = store.list_workers(target_key=target.target_key, live_since=since)
+    now = utc_now()
+    since = now - timedelta(seconds=LIVE_SECS)
+    found = store.list_workers(target_key=target.target_key, live_since=since)
+    workers = [w for w in found if w.live(now)]  # a Ray worker marked lost is not
     aliases = sorted(a for a, t in local.items() if t.target_key == target.target_key)
     return TargetOut.from_core(target, workers, aliases, template_options(target))

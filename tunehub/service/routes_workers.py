@@ -28,9 +28,11 @@ def worker_state(
 ) -> dict[str, Any]:
     """A worker's row of the list: its record and the live keys of ``Worker.info`` (the
     registrar's ``state``, ``job_id``, ``config``, ``node``, ``device_name``), ``lost`` when
-    its heartbeat is older than the live window."""
+    its heartbeat is older than the live window, or when the service saw its Ray actor die
+    (``lost_reason`` then says why)."""
     info = worker.info
     live = worker.live(now)
+    why = info.get("lost")
     state = info.get("state") if info.get("state") in LIVE_STATES else "idle"
     job_id = info.get("job_id") if isinstance(info.get("job_id"), int) else None
     config = info.get("config") if isinstance(info.get("config"), dict) else None
@@ -44,6 +46,7 @@ def worker_state(
         "device": worker.device,
         "device_name": str(info.get("device_name") or target_name),
         "state": state if live else "lost",
+        "lost_reason": str(why)[:300] if why and not live else None,
         "job_id": job_id if live else None,
         "config": config if live else None,
         "heartbeat_at": worker.heartbeat_at,
@@ -72,8 +75,9 @@ def list_workers(
 ) -> dict[str, Any]:
     """Every worker that reported in the last hour, local and on Ray nodes, oldest first:
     its target, host or Ray node, device, state (`idle`, `building`, `timing`, or `lost`
-    once its heartbeat is older than 30 s), last heartbeat, and the job and config it is on.
-    Workers silent for over an hour are left out."""
+    once its heartbeat is older than 30 s, or at once when the service saw its Ray actor die,
+    with `lost_reason`), last heartbeat, and the job and config it is on. Workers silent for
+    over an hour are left out."""
     now = utc_now()
     targets = {t.target_key: t for t in store.list_targets()}
     since = now - timedelta(seconds=FORGET_SECS)

@@ -78,6 +78,7 @@ class DeviceWorker:
     available: Callable[[], bool] = lambda: True
     live_state: Callable[[], dict[str, Any]] | None = None
     retired: bool = False
+    lost: str | None = None  # why its actor died (a retired ray worker): recorded as ``lost``
     capacity: int | None = None  # this device's own (a ray worker's measurer is its pool's)
     started_at: datetime = field(default_factory=utc_now)
 
@@ -107,6 +108,8 @@ class DeviceWorker:
             "device_name": self.target.name,
         }
         info.update(self.state() if live else {"state": "idle", "job_id": None, "config": None})
+        if self.lost is not None:  # kept in the list as lost, with why, not removed
+            info.update(state="lost", job_id=None, config=None, lost=self.lost)
         return Worker(
             worker_id=self.worker_id,
             target_key=self.target.target_key,
@@ -229,14 +232,18 @@ class JobRunner:
         if cluster is None:
             return
         added, removed = cluster.refresh(known_target=self.store.get_target)
-        gone = {slot.worker_id for slot in removed}
+        gone = {slot.worker_id: slot for slot in removed}
         for worker in self.workers:
-            if worker.worker_id in gone:
+            slot = gone.get(worker.worker_id)
+            if slot is not None:
+                # Its row stays, marked lost with why: GET /api/v1/workers shows what died (for
+                # an hour) instead of dropping it, and it is not live for claiming jobs.
+                worker.lost = slot.lost_reason or "its actor is gone"
                 worker.retired = True
                 try:
-                    self.store.remove_worker(worker.worker_id)
+                    self.store.register_worker(worker.record())
                 except Exception:
-                    log.exception("could not unregister worker %s", worker.worker_id)
+                    log.exception("could not mark worker %s lost", worker.worker_id)
         for slot in added:
             self._add_ray_worker(cluster, slot)
 
@@ -413,6 +420,8 @@ class JobRunner:
                 try:
                     # The live state rides along: Worker.info is refreshed with the heartbeat.
                     self.store.register_worker(worker.record(live=True))
+                    if worker.retired:  # lost while this beat was written: say so again
+                        self.store.register_worker(worker.record())
                 except StoreUnavailable as exc:  # said once by _set_problem, not each beat
                     failure = " ".join(str(exc).split())[:300]
                 except Exception as exc:

@@ -834,7 +834,11 @@ class WorkerStateOut(BaseModel):
     device_name: str = Field(description="GPU name or CPU model.")
     state: WorkerState = Field(
         description="`idle`, `building` (compiling candidates), `timing` (a candidate on the "
-        "device), or `lost`: no heartbeat within the live window (30 s)."
+        "device), or `lost`: no heartbeat within the live window (30 s), or a Ray actor the "
+        "service saw die (at once)."
+    )
+    lost_reason: str | None = Field(
+        default=None, description="Why a Ray worker is lost (its actor or node died), if known."
     )
     job_id: int | None = Field(description="The job it is on (null when idle or lost).")
     config: dict[str, Any] | None = Field(description="The config it is measuring, if any.")

@@ -229,6 +229,7 @@ class ActorSlot:
     worker_id: str = field(default_factory=lambda: f"ray-{uuid.uuid4().hex[:16]}")
     in_flight: int = 0
     alive: bool = True
+    lost_reason: str = ""  # why it was dropped
 
     @property
     def device_name(self) -> str:
@@ -475,6 +476,7 @@ class RayCluster:
         if not slot.alive:
             return
         slot.alive = False
+        slot.lost_reason = why
         self._lost.append(slot)
         self.slots.pop((slot.node_id, slot.device), None)
         pool = self.pools.get(slot.target.target_key)
