@@ -142,6 +142,30 @@ def test_a_repeated_warning_is_said_once_then_counted_each_minute(
     ]
 
 
+def test_a_repeated_error_gives_its_traceback_once_then_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The job runner's loops (Ray discovery, worker states, heartbeats, claims) say a fault
+    that repeats every period this way: the traceback once, then a count a minute."""
+    now = [0.0]
+    damped = DampedLog(logging.getLogger("tunehub.test"), every_secs=60, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="tunehub.test"):
+        for _ in range(13):  # every 5 s for a minute
+            try:
+                raise ConnectionError("the Ray head is away")
+            except ConnectionError:
+                damped.exception("looking for ray workers failed; tried again later")
+            now[0] += 5.0
+        damped.clear("looking for ray workers works again")
+    said = [(r.levelno, r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    failed = "looking for ray workers failed; tried again later"
+    assert said == [
+        (logging.ERROR, failed, True),
+        (logging.ERROR, f"{failed} (12 times in the last 60 s)", True),
+        (logging.WARNING, "looking for ray workers works again", False),
+    ]
+
+
 # --- live: a real server and a real database that goes away ----------------------------------
 def wait_until(check: Callable[[], bool], secs: float, what: str) -> float:
     start = time.monotonic()

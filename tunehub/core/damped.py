@@ -42,7 +42,14 @@ class DampedLog:
         with self._lock:
             return self._said_at is not None
 
-    def warning(self, msg: str, *args: object) -> None:
+    def exception(self, msg: str, *args: object) -> None:
+        """``warning`` at ERROR level with the traceback of the exception being handled (for
+        faults that repeat in a loop: the traceback once, then the count)."""
+        self.warning(msg, *args, level=logging.ERROR, exc_info=True)
+
+    def warning(
+        self, msg: str, *args: object, level: int = logging.WARNING, exc_info: bool = False
+    ) -> None:
         now = self.clock()
         with self._lock:
             if self._said_at is None:
@@ -57,10 +64,10 @@ class DampedLog:
                 self.repeats += 1
                 say, count = False, 0
         if say and count:
-            self.logger.warning(msg + " (%d times in the last %.0f s)", *args, count,
-                                self.every_secs)  # fmt: skip
+            self.logger.log(level, msg + " (%d times in the last %.0f s)", *args, count,
+                            self.every_secs, exc_info=exc_info)  # fmt: skip
         elif say:
-            self.logger.warning(msg, *args)
+            self.logger.log(level, msg, *args, exc_info=exc_info)
 
     def clear(self, msg: str | None = None, *args: object) -> None:
         """The fault is over: say the count not yet said, and ``msg`` if given."""

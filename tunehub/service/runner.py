@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunehub.core import Job, JobState, Target, Worker, utc_now
+from tunehub.core.damped import DampedLog
 from tunehub.core.fairshare import FairShare
 from tunehub.core.owner import DEFAULT_LEASE_SECS, new_owner, owner_replica
 from tunehub.db.journal import ReplayReport, ResultJournal
@@ -182,6 +183,9 @@ class JobRunner:
         self._discovery: threading.Thread | None = None
         self.discover_secs = heartbeat_secs
         self._ray_states: dict[str, dict[str, Any]] = {}
+        # Faults these loops meet repeat every period while they last: the traceback once,
+        # then a count a minute (tunehub.core.damped), and a line when they are over.
+        self._damped = {name: DampedLog(log) for name in ("ray", "states", "beat", "loop")}
         if measurer_factory is not None:
             self.add_worker(measurer_factory)
 
@@ -279,7 +283,9 @@ class JobRunner:
             try:
                 self.sync_cluster()
             except Exception:
-                log.exception("looking for ray workers failed; tried again later")
+                self._damped["ray"].exception("looking for ray workers failed; tried again later")
+            else:
+                self._damped["ray"].clear("looking for ray workers works again")
 
     def take_back(self) -> list[int]:
         """Requeue at once the RUNNING jobs an earlier process of this replica held (same
@@ -413,7 +419,9 @@ class JobRunner:
                 try:
                     self._ray_states = self._cluster.statuses()
                 except Exception:
-                    log.exception("could not ask the ray workers for their state")
+                    self._damped["states"].exception("could not ask the ray workers their state")
+                else:
+                    self._damped["states"].clear()
             for worker in self.workers:
                 if worker.retired:
                     continue
@@ -425,9 +433,12 @@ class JobRunner:
                 except StoreUnavailable as exc:  # said once by _set_problem, not each beat
                     failure = " ".join(str(exc).split())[:300]
                 except Exception as exc:
-                    log.exception("heartbeat of worker %s failed", worker.worker_id[:8])
+                    self._damped["beat"].exception("heartbeat of worker %s failed",
+                                                   worker.worker_id[:8])  # fmt: skip
                     failure = " ".join(str(exc).split())[:300]
             self._set_problem("database", f"cannot write: {failure}" if failure else None)
+            if failure is None:
+                self._damped["beat"].clear()
             if time.monotonic() - last_check >= self.health_secs:
                 last_check = time.monotonic()
                 try:
@@ -466,7 +477,7 @@ class JobRunner:
                 finally:
                     worker.current_job = None
             except Exception:  # a database hiccup must not kill the runner
-                log.exception("the job runner hit an error; it goes on")
+                self._damped["loop"].exception("the job runner hit an error; it goes on")
                 self._stop.wait(self.poll_secs * 4)
         if worker.retired:  # its actor is gone: the thread ends once its job is handed on
             with self._lock:

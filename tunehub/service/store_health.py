@@ -76,7 +76,7 @@ class StoreHealth:
         except StoreUnavailable as exc:
             reason: str | None = str(exc)
         except Exception as exc:  # not the store's outage, but health must answer
-            log.exception("the store's health check failed")
+            self._failures.exception("the store's health check failed")  # each check: damped
             reason = f"{type(exc).__name__}: {exc}"
         else:
             reason = None

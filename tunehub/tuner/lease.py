@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 
+from tunehub.core.damped import DampedLog
 from tunehub.core.owner import DEFAULT_LEASE_SECS
 from tunehub.db.store import ScheduleStore
 
@@ -52,6 +53,7 @@ class LeaseKeeper:
         # After the database was away, leases of every runner ran out together: give their
         # holders one lease time to renew before reaping, so an outage alone moves no job.
         self._reap_after = float("-inf")
+        self._renew_failed = DampedLog(log)  # each renewal of an outage: once, then counted
 
     def hold(self, job_id: int, owner: str) -> None:
         """Renew ``owner``'s lease on ``job_id`` until ``release``."""
@@ -118,4 +120,7 @@ class LeaseKeeper:
                 self.tick()
             except Exception as exc:  # the database away: renew when it is back
                 self._reap_after = time.monotonic() + self.lease_secs
-                log.warning("could not renew leases: %s", " ".join(str(exc).split())[:300])
+                self._renew_failed.warning("could not renew leases: %s",
+                                           " ".join(str(exc).split())[:300])  # fmt: skip
+            else:
+                self._renew_failed.clear("leases are renewed again")
