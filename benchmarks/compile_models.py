@@ -17,12 +17,13 @@ images x 197 tokens, ``b8``). Extra cases with ``--extras``: ``gpt2/train-fp32``
     python benchmarks/compile_models.py --dry-run                            # CPU, tiny
 
 Each (case, contender) runs in a fresh process with cold Inductor and Triton caches (so every
-compile time is a cold compile; tunehub's includes its lookups). Plain launch: median of
-``--rounds`` event-timed rounds of back-to-back steps; graphs: the compiled step captured in
-one CUDA graph (max-autotune compiled without its own graphs, so all four are captured the same
-way). The JSON's ``summary`` holds, per (model, case, mode), ``tunehub_over_best_inductor``
-(tunehub's speed over the faster of default and max-autotune; above 1: tunehub faster) and
-their geomean.
+compile time is a cold compile; tunehub's includes its lookups), on the same half of the
+machine's cores (from 8 cores up; the service runs on the other half and only answers
+lookups). Plain launch: median of ``--rounds`` event-timed rounds of back-to-back steps;
+graphs: the compiled step captured in one CUDA graph (max-autotune compiled without its own
+graphs, so all four are captured the same way). The JSON's ``summary`` holds, per (model,
+case, mode), ``tunehub_over_best_inductor`` (tunehub's speed over the faster of default and
+max-autotune; above 1: tunehub faster) and their geomean.
 """
 
 from __future__ import annotations
@@ -214,6 +215,10 @@ def gemm_workloads(args: argparse.Namespace, model: str, case: str) -> list[dict
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec.get("cpus"):
+        # The same cores for every contender, apart from the service's: a host-bound step's
+        # time moved by up to 2x between fresh processes left to the scheduler (H200 machine).
+        os.sched_setaffinity(0, spec["cpus"])
     import torch
 
     device = spec["device"]
@@ -605,6 +610,10 @@ def main() -> int:
     # with --skip-tune, no GPU worker, so nothing of it competes with the timed steps for the
     # host's cores or the GPU (a fleet's service runs elsewhere).
     gpus = "none" if args.dry_run or args.skip_tune else "auto"
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    worker_cpus = cores[len(cores) // 2 :] if len(cores) >= 8 else []
+    if worker_cpus:  # the service (started next) inherits the other half
+        os.sched_setaffinity(0, cores[: len(cores) // 2])
     with local_service(args.url, args.api_key, gpus=gpus, home=args.home,
                        TUNEHUB_TRAIN_MODELS="false") as service:  # fmt: skip
         workloads = [w for m, c in cases if c not in ("offline",) for w in
@@ -652,7 +661,7 @@ def main() -> int:
                     "model": model, "case": case, "contender": contender, "device": device,
                     "dtype": args.dtype, "dims": model_dims(args, model, case),
                     "batch": batch, "seq": seq, "dynamic": case == "dynamic",
-                    "reps": args.reps, "rounds": args.rounds,
+                    "reps": args.reps, "rounds": args.rounds, "cpus": worker_cpus,
                 }  # fmt: skip
                 if model != "llama":
                     spec["dims"].update(hidden=args.hidden, vocab=args.vocab)
