@@ -541,6 +541,31 @@ def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     )
 
 
+def merge(parts: list[dict[str, Any]], paths: list[Path]) -> dict[str, Any]:
+    """One result of several steps' results: every run (each tagged with its file), the
+    tuning step's lookups, one summary over all runs. Refuses steps of different GPUs."""
+    gpus = {str(p.get("machine", {}).get("gpu")) for p in parts}
+    if len(gpus) > 1:
+        raise SystemExit(f"--merge: the steps ran on different GPUs: {sorted(gpus)}")
+    runs = [{**run, "from": path.name} for part, path in zip(parts, paths, strict=True)
+            for run in part.get("runs", [])]  # fmt: skip
+    merged: dict[str, Any] = {
+        "machine": parts[0].get("machine"),
+        "target": parts[0].get("target"),
+        "steps": [
+            {"file": path.name, "args": part.get("args")}
+            for part, path in zip(parts, paths, strict=True)
+        ],
+    }
+    # The tuning step's lookups (the others' only repeat them).
+    for part in sorted(parts, key=lambda p: "tuning_secs" in p):
+        if part.get("lookups"):
+            merged.update({k: part[k] for k in ("lookups", "tuning_secs", "jobs") if k in part})
+    merged["runs"] = runs
+    merged["summary"] = summarize(runs)
+    return merged
+
+
 def write(path: Path, results: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -578,9 +603,20 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="per worker, seconds")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny models")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                        help="combine the runs of earlier --out files (steps of one GPU "
+                             "machine kind) into --out, with one summary")  # fmt: skip
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+    if args.merge:
+        if not args.out:
+            parser.error("--merge needs --out")
+        merged = merge([json.loads(path.read_text()) for path in args.merge], args.merge)
+        print_table(merged["runs"], merged["summary"])
+        write(args.out, merged)
+        print(f"wrote {args.out}")
         return 0
 
     device = "cuda"
@@ -606,10 +642,10 @@ def main() -> int:
         "target": target,
     }
     runs: list[dict[str, Any]] = []
-    # The service only answers lookups while the contenders run: no background trainer and,
-    # with --skip-tune, no GPU worker, so nothing of it competes with the timed steps for the
-    # host's cores or the GPU (a fleet's service runs elsewhere).
-    gpus = "none" if args.dry_run or args.skip_tune else "auto"
+    # No background trainer: nothing of the service but its answers competes with the timed
+    # steps for the host's cores (a fleet's service runs elsewhere). Its GPU worker stays: the
+    # service knows the GPU's target ("local-cuda:0") by it.
+    gpus = "none" if args.dry_run else "auto"
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     worker_cpus = cores[len(cores) // 2 :] if len(cores) >= 8 else []
     if worker_cpus:  # the service (started next) inherits the other half
