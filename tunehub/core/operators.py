@@ -19,7 +19,7 @@ tunehub.core.errors.InvalidSpec: batch: must be >= 1, got 0
 >>> get_operator("conv3d")
 Traceback (most recent call last):
 ...
-tunehub.core.registry.UnknownName: unknown op 'conv3d'; known: bmm, matmul
+tunehub.core.registry.UnknownName: unknown op 'conv3d'; known: attention, bmm, matmul
 """
 
 from __future__ import annotations
@@ -101,6 +101,9 @@ class Operator:
     fields: ClassVar[tuple[Field, ...]] = ()
     epilogues: ClassVar[tuple[str, ...]] = ALL_EPILOGUES
     gemm: ClassVar[str] = "C[m, n] = A[m, k] @ B[k, n]"
+    # Names users may reach for that the operator spells as m, n or k (attention's q_len is
+    # m): a workload naming one is refused with the name to use instead.
+    aliases: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -109,6 +112,9 @@ class Operator:
         raise InvalidSpec(name, self._not_a_field(name))
 
     def _not_a_field(self, name: str) -> str:
+        for alias, common in self.aliases:
+            if alias == name:
+                return f"op {self.name} takes {name} as {common} ({self.gemm.split(':')[0]})"
         own = ", ".join(f.name for f in self.fields) or "none"
         return f"not a field of op {self.name} (its own fields: {own})"
 
@@ -202,6 +208,67 @@ class Bmm(Operator):
         return text + (" B:bcast" if workload.param("b_broadcast") else "")
 
 
+class Attention(Operator):
+    """Scaled dot-product attention, forward: for every (batch, head),
+    ``O = softmax(Q @ K^T / sqrt(head_dim)) @ V``, causal (query i sees keys j <= i, the
+    mask ``scaled_dot_product_attention(is_causal=True)`` applies) or not. Q and O are
+    batch x heads x q_len x head_dim, K and V batch x heads x kv_len x head_dim, each
+    contiguous. m, n, k are q_len, kv_len, head_dim."""
+
+    name = "attention"
+    description = (
+        "attention forward O[b, h] = softmax(Q[b, h] @ K[b, h]^T / sqrt(head_dim)) @ V[b, h]: "
+        "m = q_len, n = kv_len, k = head_dim (64 or 128), float16 or bfloat16; causal masks "
+        "key j > query i"
+    )
+    gemm = "m = q_len, n = kv_len, k = head_dim: S[m, n] = Q[m, k] @ K[n, k]^T, O = P[m, n] @ V"
+    fields = (
+        Field("batch", "int", 1, "Batch size (Q, K, V and O are batch x heads x len x head_dim).",
+              hi=65535),
+        Field("heads", "int", 1, "Attention heads (query heads = key/value heads).", hi=1024),
+        Field("causal", "bool", False, "Query i attends to keys j <= i (top-left aligned)."),
+    )  # fmt: skip
+    epilogues = ("none",)
+    aliases = (("q_len", "m"), ("kv_len", "n"), ("head_dim", "k"))
+    HEAD_DIMS = (64, 128)
+    DTYPES = ("float16", "bfloat16")
+
+    def multiplicity(self, workload: Workload) -> int:
+        return int(workload.param("batch")) * int(workload.param("heads"))
+
+    def flops(self, workload: Workload) -> int:
+        """4·q_len·kv_len·head_dim per (batch, head) (Q @ K^T and P @ V), halved when causal
+        (the convention FlashAttention's benchmarks count by; softmax is not counted)."""
+        full = 4 * workload.m * workload.n * workload.k * self.multiplicity(workload)
+        return full // 2 if workload.param("causal") else full
+
+    def operand_bytes(self, workload: Workload, elem: int, out_elem: int) -> int:
+        count = self.multiplicity(workload)
+        q, kv, d = workload.m, workload.n, workload.k
+        return count * d * (q * elem + 2 * kv * elem + q * out_elem)
+
+    def shape_text(self, workload: Workload) -> str:
+        text = (
+            f"b{workload.param('batch')} h{workload.param('heads')} q{workload.m} "
+            f"kv{workload.n} d{workload.k}"
+        )
+        return text + (" causal" if workload.param("causal") else "")
+
+    def check(self, workload: Workload) -> None:
+        super().check(workload)
+        if workload.k not in self.HEAD_DIMS:
+            raise InvalidSpec(
+                "k", f"head_dim (k) of op attention must be 64 or 128, got {workload.k}"
+            )
+        if workload.dtype not in self.DTYPES:
+            raise InvalidSpec(
+                "dtype", f"op attention takes float16 or bfloat16, not {workload.dtype}"
+            )
+        for name in ("a_layout", "b_layout"):
+            if getattr(workload, name) != "row_major":
+                raise InvalidSpec(name, "op attention reads Q, K and V contiguous (row_major) only")
+
+
 def _as_operator(loaded: object) -> Operator:
     item = loaded() if isinstance(loaded, type) else loaded
     if not isinstance(item, Operator):
@@ -230,3 +297,4 @@ def operator_names() -> tuple[str, ...]:
 
 register_operator(Matmul())
 register_operator(Bmm())
+register_operator(Attention())
