@@ -394,6 +394,67 @@ def _blis_bmm(workload: Workload, target: Target, configs: Sequence[Config]) -> 
     return out
 
 
+# --- triton.attention ------------------------------------------------------------------------
+# The workload through its operator (sequence lengths, head_dim, batch x heads, causal, flops),
+# the knobs, and what the tiles make of it: programs (query tiles x batch x heads) over the
+# SMs and the last wave's fill, padding of the query and key tiles, key blocks each program
+# walks (about half when causal), shared memory and fp32 values per thread (as
+# tunehub.kernels.triton_attention estimates them; copied so this module reads no kernel code).
+ATTENTION_NAMES = (
+    "log2_q_len", "log2_kv_len", "head_dim", "log2_heads_batch", "causal", "log2_flops",
+    "dtype_bytes", "block_m", "block_n", "log2_block_m", "log2_block_n", "num_warps",
+    "num_stages", "log2_programs", "waves", "last_wave_fill", "pad_m", "pad_n",
+    "log2_key_blocks", "smem_kib", "values_per_thread", "log2_flops_per_program",
+)  # fmt: skip
+
+
+def _attention(workload: Workload, target: Target, configs: Sequence[Config]) -> dict[str, Column]:
+    q, kv, d = float(workload.m), float(workload.n), float(workload.k)
+    pairs = float(workload.operator.multiplicity(workload))
+    causal = bool(workload.param("causal"))
+    sms = float(max(1, target.cores))
+    bm = _knob(configs, "BLOCK_M", 64)
+    bn = _knob(configs, "BLOCK_N", 64)
+    warps = np.maximum(_knob(configs, "num_warps", 4), 1.0)
+    stages = np.maximum(_knob(configs, "num_stages", 2), 1.0)
+    programs = _ceil_div(q, bm) * pairs
+    waves = _ceil_div(programs, sms)
+    key_blocks = _ceil_div(kv, bn)
+    if causal:
+        # A query tile walks the key blocks up to its last row: about half of them on average.
+        key_blocks = np.minimum(key_blocks, _ceil_div(np.minimum(q, kv) + bm, 2.0 * bn))
+    out: dict[str, Column] = {
+        name: np.asarray(value, dtype=np.float64)
+        for name, value in {
+            "log2_q_len": math.log2(q),
+            "log2_kv_len": math.log2(kv),
+            "head_dim": d,
+            "log2_heads_batch": math.log2(pairs),
+            "causal": float(causal),
+            "log2_flops": math.log2(workload.flops),
+            "dtype_bytes": float(DTYPE_BYTES[workload.dtype]),
+        }.items()
+    }
+    out.update(
+        block_m=bm,
+        block_n=bn,
+        log2_block_m=_log2(bm),
+        log2_block_n=_log2(bn),
+        num_warps=warps,
+        num_stages=stages,
+        log2_programs=_log2(programs),
+        waves=waves,
+        last_wave_fill=programs / np.maximum(waves * sms, 1.0),
+        pad_m=_pad_waste(q, bm),
+        pad_n=_pad_waste(kv, bn),
+        log2_key_blocks=_log2(key_blocks),
+        smem_kib=2.0 * d * (bm + 2.0 * stages * bn) / 1024.0,
+        values_per_thread=bm * (d + bn) / (32.0 * warps),
+        log2_flops_per_program=_log2(4.0 * bm * bn * d * key_blocks),
+    )
+    return out
+
+
 # --- generic -------------------------------------------------------------------------------
 def generic_feature_set(template: str, knob_names: Sequence[str]) -> FeatureSet:
     """Features for a template with no set of its own: the workload, then each knob's value
@@ -442,6 +503,7 @@ FEATURE_SETS: dict[str, FeatureSet] = {
         "triton.gemm", 6, TRITON_NAMES, _triton, consensus=1, default_margin=0.05
     ),
     "blis.bmm": FeatureSet("blis.bmm", 1, BMM_NAMES, _blis_bmm, consensus=20),
+    "triton.attention": FeatureSet("triton.attention", 1, ATTENTION_NAMES, _attention),
 }
 
 

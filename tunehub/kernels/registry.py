@@ -18,8 +18,10 @@ from tunehub.kernels.base import Template
 from tunehub.kernels.blis_bmm import BlisBmmTemplate
 from tunehub.kernels.blis_gemm import BlisGemmTemplate
 from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
+from tunehub.kernels.torch_attention import TorchSdpaBaseline
 from tunehub.kernels.torch_bmm import TorchBmmBaseline
 from tunehub.kernels.torch_gemm import TorchMatmulBaseline
+from tunehub.kernels.triton_attention import TritonAttentionTemplate
 from tunehub.kernels.triton_gemm import TritonGemmTemplate
 
 PLUGINS_ENV = "TUNEHUB_TEMPLATE_MODULES"
@@ -67,3 +69,5 @@ register(TritonGemmTemplate())
 register(TorchMatmulBaseline())
 register(BlisBmmTemplate())
 register(TorchBmmBaseline())
+register(TritonAttentionTemplate())
+register(TorchSdpaBaseline())
