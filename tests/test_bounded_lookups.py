@@ -4,7 +4,11 @@ their own rate limit per client address."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import socket
+import struct
 import time
 from pathlib import Path
 
@@ -68,3 +72,57 @@ def test_keyless_requests_are_limited_per_address_with_retry_after(tmp_path: Pat
         assert client.get("/healthz").status_code == 200  # not the API
         time.sleep(1.05)
         assert client.get("/api/v1/jobs").status_code == 200
+
+
+def cpu_secs(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far (/proc/<pid>/stat), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_keyless_batch_whose_caller_leaves_mid_batch_leaves_no_work_running(
+    trained_store: MemoryScheduleStore,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Callers that close their connection while their batches of never-seen shapes are being
+    predicted: the route sees it (every 32 items) and stops, so the server's CPU time stops
+    growing within about a second, and it still answers. Without the check the batches, several
+    seconds of work together, would run on after the callers had gone."""
+    settings = Settings(home=tmp_path, run_jobs=False, train_models=False)
+    callers, per_batch = 6, 1000
+    with ServedApp(create_app(settings, store=trained_store)) as served:  # this process
+        pid = os.getpid()
+        host, port = served.url.removeprefix("http://").split(":")
+        with httpx.Client(base_url=served.url, timeout=60) as client:  # the model loaded
+            warm = {"items": [{"workload": {"m": 33, "n": 65, "k": 129}}]}
+            assert client.post("/api/v1/schedules/lookup", json=warm).status_code == 200
+        sockets = []
+        for c in range(callers):  # every shape never seen, none shared between the batches
+            items = [
+                {"workload": {"m": 8 + c, "n": 8 + i % 997, "k": 4000 + i}}
+                for i in range(per_batch)
+            ]
+            body = json.dumps({"items": items}).encode()
+            head = (
+                f"POST /api/v1/schedules/lookup HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(head.encode() + body)
+            sockets.append(sock)
+        started = cpu_secs(pid)
+        time.sleep(0.5)
+        busy = cpu_secs(pid) - started
+        assert busy > 0.05, f"the batches did not keep the server busy ({busy:.2f}s of CPU)"
+        for sock in sockets:  # the callers leave, none having read an answer
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        time.sleep(1.0)  # the route notices within 32 items, the last model call ends
+        before = cpu_secs(pid)
+        time.sleep(1.0)
+        after_leaving = cpu_secs(pid) - before
+        with httpx.Client(base_url=served.url, timeout=10) as client:
+            assert client.get("/healthz").status_code == 200
+            answer = client.post("/api/v1/schedules/lookup", json=warm)
+            assert answer.status_code == 200 and answer.json()["results"][0]["ok"]
+    assert after_leaving < 0.2, f"{after_leaving:.2f}s of CPU a second after the callers left"
