@@ -13,6 +13,16 @@ API_KEY_HEADER = "X-API-Key"
 API_KEY_ENV = "TUNEHUB_API_KEY"
 
 
+def query_value(value: Any) -> Any:
+    """A workload field as a query parameter: ``true``/``false``, ``3,0,5`` for a list
+    (grouped_mm's ``group_sizes``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return value
+
+
 class TunehubError(RuntimeError):
     """The service answered with an error status; ``status_code`` and ``detail`` say which."""
 
@@ -134,7 +144,7 @@ class TunehubClient:
         self, workload: dict[str, Any], *, target: str = "local-cpu"
     ) -> dict[str, Any] | None:
         """The best known schedule, or None when the service knows nothing for it (404)."""
-        params = {k: str(v).lower() if isinstance(v, bool) else v for k, v in workload.items()}
+        params = {k: query_value(v) for k, v in workload.items()}
         try:
             result: dict[str, Any] = self._call(
                 "GET", "/api/v1/schedules/best", params={**params, "target": target}

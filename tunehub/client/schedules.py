@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tunehub.client.cache import CachedLookup, DiskCache, default_cache_dir
+from tunehub.client.http import query_value
 
 log = logging.getLogger(__name__)
 
@@ -260,8 +261,7 @@ class ScheduleClient:
         assert self._http is not None
         workload, target, template = key
         params: dict[str, Any] = {
-            name: (str(v).lower() if isinstance(v, bool) else v)
-            for name, v in workload_fields(workload).items()
+            name: query_value(v) for name, v in workload_fields(workload).items()
         }
         params["target"] = target
         if template is not None:
@@ -697,13 +697,18 @@ def workload_tuple(workload: Any) -> tuple[Any, ...]:
             if not isinstance(name, str):
                 raise ValueError(f"unknown workload field {name!r}")
         values = tuple(workload.get(name, default) for name, default in WORKLOAD_FIELDS)
-        own = tuple(sorted((n, v) for n, v in workload.items() if n not in common))
+        own = tuple(sorted((n, _hashable(v)) for n, v in workload.items() if n not in common))
     else:
         values = tuple(getattr(workload, name, default) for name, default in WORKLOAD_FIELDS)
         own = tuple(sorted(getattr(workload, "params", ())))
     if any(v is None for v in values):
         raise ValueError("a workload needs m, n and k")
     return (*values, own)
+
+
+def _hashable(value: Any) -> Any:
+    """A list field (grouped_mm's ``group_sizes``) as a tuple, so the key can be hashed."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _item_key(item: Any, target: str, template: str | None) -> tuple[Any, ...]:

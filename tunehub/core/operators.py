@@ -3,12 +3,12 @@
 A Workload is an operator name plus the fields every operator shares (``m``, ``n``, ``k`` — the
 operator's GEMM view, which the cost model and the lookup tiers compare shapes by — ``dtype``,
 operand layouts, ``epilogue``, ``allow_tf32``) and the operator's own fields (``params``:
-``batch`` for ``bmm``). An Operator says which own fields it has (names, types, defaults,
-limits), which epilogues it fuses, and how many flops and operand bytes a workload of it
-moves. The API, the store, the lookup tiers, the client and the CLI handle every operator
-through this spec; adding an operator adds its spec here (or through the
-``tunehub.operators`` entry points / ``$TUNEHUB_OPERATOR_MODULES``), its templates
-(``tunehub.kernels``) and its features (``tunehub.cost_model.features``).
+``batch`` for ``bmm``, ``group_sizes`` for ``grouped_mm``). An Operator says which own
+fields it has (names, types, defaults, limits), which epilogues it fuses, and how many flops
+and operand bytes a workload of it moves. The API, the store, the lookup tiers, the client
+and the CLI handle every operator through this spec; adding an operator adds its spec here
+(or through the ``tunehub.operators`` entry points / ``$TUNEHUB_OPERATOR_MODULES``), its
+templates (``tunehub.kernels``) and its features (``tunehub.cost_model.features``).
 
 >>> get_operator("bmm").field("batch").check(4)
 4
@@ -19,7 +19,9 @@ tunehub.core.errors.InvalidSpec: batch: must be >= 1, got 0
 >>> get_operator("conv3d")
 Traceback (most recent call last):
 ...
-tunehub.core.registry.UnknownName: unknown op 'conv3d'; known: attention, bmm, matmul
+tunehub.core.registry.UnknownName: unknown op 'conv3d'; known: attention, bmm, grouped_mm, matmul
+>>> get_operator("grouped_mm").field("group_sizes").parse("3,0,5")
+(3, 0, 5)
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
 PLUGINS_ENV = "TUNEHUB_OPERATOR_MODULES"
 
-ParamValue = int | bool
+ParamValue = int | bool | tuple[int, ...]
 Params = tuple[tuple[str, ParamValue], ...]
 
 ALL_EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu")
@@ -44,14 +46,17 @@ ALL_EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu")
 
 @dataclass(frozen=True)
 class Field:
-    """One of an operator's own shape fields: an integer in [lo, hi] or a boolean."""
+    """One of an operator's own shape fields: an integer in [lo, hi], a boolean, or a list of
+    ``min_len`` to ``max_len`` integers each in [lo, hi] (``ints``, kept as a tuple)."""
 
     name: str
-    kind: str  # "int" or "bool"
+    kind: str  # "int", "bool" or "ints"
     default: ParamValue
     description: str
     lo: int = 1
     hi: int = 1 << 16
+    min_len: int = 1
+    max_len: int = 64
 
     def check(self, value: object) -> ParamValue:
         """``value`` if it is valid (no coercion: ``True`` is not an int, ``"4"`` not 4)."""
@@ -59,6 +64,8 @@ class Field:
             if not isinstance(value, bool):
                 raise InvalidSpec(self.name, f"must be true or false, got {value!r}")
             return value
+        if self.kind == "ints":
+            return self._check_ints(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidSpec(self.name, f"must be an integer, got {value!r}")
         if value < self.lo:
@@ -67,8 +74,33 @@ class Field:
             raise InvalidSpec(self.name, f"must be <= {self.hi}, got {value}")
         return value
 
+    def _check_ints(self, value: object) -> tuple[int, ...]:
+        if not isinstance(value, list | tuple):
+            raise InvalidSpec(self.name, f"must be a list of integers, got {value!r}")
+        if not self.min_len <= len(value) <= self.max_len:
+            raise InvalidSpec(
+                self.name,
+                f"must have {self.min_len} to {self.max_len} entries, got {len(value)}",
+            )
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise InvalidSpec(self.name, f"entry {i} must be an integer, got {item!r}")
+            if not self.lo <= item <= self.hi:
+                raise InvalidSpec(
+                    self.name, f"entry {i} must be in [{self.lo}, {self.hi}], got {item}"
+                )
+        return tuple(value)
+
     def parse(self, text: str) -> ParamValue:
-        """A query-string value (``"8"``, ``"true"``) checked as ``check`` does."""
+        """A query-string value (``"8"``, ``"true"``, ``"3,0,5"``) checked as ``check`` does."""
+        if self.kind == "ints":
+            try:
+                items = [int(part) for part in text.split(",")] if text.strip() else []
+            except ValueError:
+                raise InvalidSpec(
+                    self.name, f"must be comma-separated integers, got {text!r}"
+                ) from None
+            return self._check_ints(items)
         if self.kind == "bool":
             lowered = text.strip().lower()
             if lowered not in ("true", "false", "1", "0"):
@@ -81,14 +113,21 @@ class Field:
         return self.check(number)
 
     def to_dict(self) -> dict[str, object]:
+        kind = {"bool": "boolean", "int": "integer", "ints": "array"}[self.kind]
         out: dict[str, object] = {
             "name": self.name,
-            "type": "boolean" if self.kind == "bool" else "integer",
-            "default": self.default,
+            "type": kind,
+            "default": list(self.default) if isinstance(self.default, tuple) else self.default,
             "description": self.description,
         }
         if self.kind == "int":
             out.update(minimum=self.lo, maximum=self.hi)
+        if self.kind == "ints":
+            out.update(
+                items={"type": "integer", "minimum": self.lo, "maximum": self.hi},
+                minItems=self.min_len,
+                maxItems=self.max_len,
+            )
         return out
 
 
@@ -208,6 +247,56 @@ class Bmm(Operator):
         return text + (" B:bcast" if workload.param("b_broadcast") else "")
 
 
+class GroupedMm(Operator):
+    """Grouped GEMM (a mixture-of-experts layer): ``len(group_sizes)`` products sharing N and K,
+    group g multiplying its ``group_sizes[g]`` rows of A by its own B. ``m`` is the rows of all
+    groups together (the sum of ``group_sizes``), so flops are 2·m·n·k as for one GEMM."""
+
+    name = "grouped_mm"
+    description = (
+        "grouped GEMM: for each group g, C[o_g:o_g+M_g, n] = A[o_g:o_g+M_g, k] @ B[g, k, n], the "
+        "M_g given as group_sizes (o_g their running sum); m is their total"
+    )
+    gemm = "m = sum of group_sizes rows of A and C; B is groups x k x n"
+    fields = (
+        Field(
+            "group_sizes",
+            "ints",
+            (),
+            "Rows of each group (1 to 64 groups, each >= 0, an empty group allowed); their sum "
+            "is m. Query parameters spell it 3,0,5.",
+            lo=0,
+            hi=1 << 16,
+            min_len=1,
+            max_len=64,
+        ),
+    )
+    epilogues = ("none",)
+
+    def operand_bytes(self, workload: Workload, elem: int, out_elem: int) -> int:
+        groups = len(_sizes(workload))
+        m, n, k = workload.m, workload.n, workload.k
+        return (m * k + groups * k * n) * elem + m * n * out_elem
+
+    def shape_text(self, workload: Workload) -> str:
+        return f"{workload.m}x{workload.n}x{workload.k} groups={len(_sizes(workload))}"
+
+    def check(self, workload: Workload) -> None:
+        super().check(workload)
+        sizes = _sizes(workload)
+        if not sizes:
+            raise InvalidSpec("group_sizes", "is required (1 to 64 groups' rows)")
+        if sum(sizes) != workload.m:
+            raise InvalidSpec(
+                "m", f"must equal the sum of group_sizes ({sum(sizes)}), got {workload.m}"
+            )
+
+
+def _sizes(workload: Workload) -> tuple[int, ...]:
+    value = workload.param("group_sizes")
+    return value if isinstance(value, tuple) else ()
+
+
 class Attention(Operator):
     """Scaled dot-product attention, forward: for every (batch, head),
     ``O = softmax(Q @ K^T / sqrt(head_dim)) @ V``, causal (query i sees keys j <= i, the
@@ -298,3 +387,4 @@ def operator_names() -> tuple[str, ...]:
 register_operator(Matmul())
 register_operator(Bmm())
 register_operator(Attention())
+register_operator(GroupedMm())

@@ -13,11 +13,11 @@ from typing import Any
 
 from tunehub.core.errors import InvalidSpec
 from tunehub.core.keys import canonical_json
-from tunehub.core.operators import Operator, Params, ParamValue, get_operator, operator_names
+from tunehub.core.operators import Operator, Params, get_operator, operator_names
 from tunehub.core.registry import UnknownName
 
 # The built-in operators (more may be registered: ``tunehub.core.operators``).
-OPS = ("matmul", "bmm")
+OPS = ("matmul", "bmm", "grouped_mm")
 # The fields every operator has; an operator's own fields are its ``params``.
 COMMON_FIELDS = ("op", "m", "n", "k", "dtype", "a_layout", "b_layout", "epilogue", "allow_tf32")
 DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3")
@@ -129,8 +129,9 @@ class Workload:
     def operator(self) -> Operator:
         return get_operator(self.op)
 
-    def param(self, name: str) -> ParamValue:
-        """The value of the operator's own field ``name``; InvalidSpec if it has none."""
+    def param(self, name: str) -> Any:
+        """The value of the operator's own field ``name`` (a ``ParamValue``: an int, a bool,
+        or a tuple of ints, as the operator's spec says); InvalidSpec if it has none."""
         for key, value in self.params:
             if key == name:
                 return value
