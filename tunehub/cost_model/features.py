@@ -455,6 +455,67 @@ def _attention(workload: Workload, target: Target, configs: Sequence[Config]) ->
     return out
 
 
+# --- triton.bmm and triton.grouped_mm ----------------------------------------------------------
+# triton.gemm's columns of one product's tile (m, n, k: an entry's for bmm, all groups' rows for
+# grouped_mm), their tiles and waves counted over the whole launch, and each operator's own:
+# the batch, a shared B and the grid's batch order (bmm); the groups, the empty ones, the rows
+# the groups' own edge tiles pad, and the group schedule (grouped_mm). Shapes of one operator
+# share one model.
+TRITON_BMM_NAMES = (
+    *TRITON_NAMES,
+    "log2_batch", "b_broadcast", "batch_major", "batch_tiles",
+)  # fmt: skip
+TRITON_GROUPED_NAMES = (
+    *TRITON_NAMES,
+    "log2_groups", "empty_groups", "largest_group_share", "group_tiles", "group_pad_m",
+    "persistent_schedule", "programs_per_sm_knob",
+)  # fmt: skip
+
+
+def _rewave(out: dict[str, Column], tiles: Column) -> None:
+    """Tiles, waves and the last wave's fill for ``tiles`` tiles in the launch."""
+    waves = out["waves"] * tiles / np.maximum(out["tiles"], 1.0)
+    last = waves - np.floor(waves)
+    out["tiles"] = tiles
+    out["log2_tiles"] = _log2(tiles)
+    out["waves"] = waves
+    out["last_wave_fill"] = np.where(last > 0, last, 1.0)
+
+
+def _triton_bmm(workload: Workload, target: Target, configs: Sequence[Config]) -> dict[str, Column]:
+    out = _triton(workload, target, configs)
+    batch = float(workload.param("batch"))
+    _rewave(out, out["tiles"] * batch)
+    major = np.array([bool(c.get("BATCH_MAJOR", True)) for c in configs], dtype=np.float64)
+    out["log2_batch"] = np.asarray(math.log2(batch), dtype=np.float64)
+    out["b_broadcast"] = np.asarray(float(bool(workload.param("b_broadcast"))), dtype=np.float64)
+    out["batch_major"] = major
+    out["batch_tiles"] = out["tiles"]
+    return out
+
+
+def _triton_grouped(
+    workload: Workload, target: Target, configs: Sequence[Config]
+) -> dict[str, Column]:
+    out = _triton(workload, target, configs)
+    value = workload.param("group_sizes")
+    sizes = np.asarray(value if isinstance(value, tuple) else (workload.m,), dtype=np.float64)
+    bm = _knob(configs, "BLOCK_M", 64)
+    bn = _knob(configs, "BLOCK_N", 64)
+    rows_of_tiles = np.ceil(sizes[None, :] / bm[:, None]).sum(axis=1)
+    tiles = rows_of_tiles * _ceil_div(float(workload.n), bn)
+    _rewave(out, tiles)
+    persistent = np.array([c.get("SCHEDULE") == "persistent" for c in configs], dtype=np.float64)
+    out["log2_groups"] = np.asarray(math.log2(len(sizes)), dtype=np.float64)
+    out["empty_groups"] = np.asarray(float((sizes == 0).mean()), dtype=np.float64)
+    out["largest_group_share"] = np.asarray(float(sizes.max() / workload.m), dtype=np.float64)
+    out["group_tiles"] = tiles
+    out["group_pad_m"] = 1.0 - workload.m / np.maximum(rows_of_tiles * bm, 1.0)
+    out["persistent_schedule"] = persistent
+    out["programs_per_sm_knob"] = persistent * _knob(configs, "PROGRAMS", 1)
+    return out
+
+
 # --- generic -------------------------------------------------------------------------------
 def generic_feature_set(template: str, knob_names: Sequence[str]) -> FeatureSet:
     """Features for a template with no set of its own: the workload, then each knob's value
@@ -504,6 +565,10 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     ),
     "blis.bmm": FeatureSet("blis.bmm", 1, BMM_NAMES, _blis_bmm, consensus=20),
     "triton.attention": FeatureSet("triton.attention", 1, ATTENTION_NAMES, _attention),
+    "triton.bmm": FeatureSet("triton.bmm", 1, TRITON_BMM_NAMES, _triton_bmm, consensus=1),
+    "triton.grouped_mm": FeatureSet(
+        "triton.grouped_mm", 1, TRITON_GROUPED_NAMES, _triton_grouped, consensus=1
+    ),
 }
 
 

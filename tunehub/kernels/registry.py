@@ -21,6 +21,12 @@ from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
 from tunehub.kernels.torch_attention import TorchSdpaBaseline
 from tunehub.kernels.torch_bmm import TorchBmmBaseline
 from tunehub.kernels.torch_gemm import TorchMatmulBaseline
+from tunehub.kernels.triton_bmm import (
+    TorchBmmGpuBaseline,
+    TorchGroupedMmBaseline,
+    TritonBmmTemplate,
+    TritonGroupedMmTemplate,
+)
 from tunehub.kernels.triton_attention import TritonAttentionTemplate
 from tunehub.kernels.triton_gemm import TritonGemmTemplate
 
@@ -69,5 +75,9 @@ register(TritonGemmTemplate())
 register(TorchMatmulBaseline())
 register(BlisBmmTemplate())
 register(TorchBmmBaseline())
+register(TritonBmmTemplate())
+register(TorchBmmGpuBaseline())
+register(TritonGroupedMmTemplate())
+register(TorchGroupedMmBaseline())
 register(TritonAttentionTemplate())
 register(TorchSdpaBaseline())

@@ -1,0 +1,303 @@
+"""GPU bmm and grouped GEMM (issue 24): grouped_mm's spec, the triton.bmm and triton.grouped_mm
+templates and their vendor baselines checked and timed through real sandboxes on the CPU
+(Triton's interpreter), their kernels compiled for an H100 without one, their features, and
+the API's 422s and lookups. GPU timings are taken by benchmarks on a GPU machine."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.test_api import add_key
+from tests.test_local_measurer import PLUGIN_ENV
+from tests.test_triton_template import H100
+from tunehub.client.schedules import workload_fields, workload_tuple
+from tunehub.core import Config, InvalidSpec, MeasureRequest, MeasureStatus, Workload
+from tunehub.core.operators import get_operator
+from tunehub.cost_model.features import feature_set
+from tunehub.db import MemoryScheduleStore
+from tunehub.kernels.base import TimingPolicy
+from tunehub.kernels.registry import get_template
+from tunehub.kernels.triton_bmm import TritonBmmTemplate, TritonGroupedMmTemplate
+from tunehub.service.app import create_app
+from tunehub.service.settings import Settings
+from tunehub.workers.local import LocalMeasurer
+
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None or importlib.util.find_spec("triton") is None,
+    reason="the interpreter tests need torch (CPU build) and Triton",
+)
+REPO = Path(__file__).resolve().parents[1]
+GROUPED = {"op": "grouped_mm", "group_sizes": [5, 0, 17, 1], "m": 23, "n": 45, "k": 29}
+BMM = {"op": "bmm", "batch": 3, "m": 37, "n": 45, "k": 29}
+
+
+def grouped(**changes: Any) -> Workload:
+    return Workload.from_dict({**GROUPED, **changes})
+
+
+# --- grouped_mm's spec -----------------------------------------------------------------------
+def test_a_grouped_workload_has_its_sizes_key_and_counts() -> None:
+    w = grouped()
+    assert w.params == (("group_sizes", (5, 0, 17, 1)),)
+    assert w.label == "grouped_mm 23x45x29 groups=4 float32"
+    assert w.flops == 2 * 23 * 45 * 29
+    assert w.operand_bytes == 4 * (23 * 29 + 4 * 29 * 45 + 23 * 45)
+    assert Workload.from_dict(w.to_dict()) == w
+    assert len({w.key, grouped(group_sizes=[5, 17, 0, 1]).key, grouped(dtype="float16").key}) == 3
+    field = get_operator("grouped_mm").field("group_sizes")
+    assert field.parse("5,0,17,1") == (5, 0, 17, 1)
+    assert field.to_dict()["type"] == "array" and field.to_dict()["maxItems"] == 64
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "reason"),
+    [
+        ({"group_sizes": [5, 0, 17]}, "m", "must equal the sum of group_sizes (22)"),
+        ({"group_sizes": []}, "group_sizes", "must have 1 to 64 entries, got 0"),
+        ({"group_sizes": [1] * 65, "m": 65}, "group_sizes", "got 65"),
+        ({"group_sizes": [24, -1]}, "group_sizes", "entry 1 must be in [0, 65536]"),
+        ({"group_sizes": [23.0]}, "group_sizes", "entry 0 must be an integer"),
+        ({"group_sizes": "23"}, "group_sizes", "must be a list of integers"),
+        ({"group_sizes": None}, "group_sizes", "must be a list of integers"),
+        ({"epilogue": "bias"}, "epilogue", "fuses no bias"),
+        ({"batch": 2}, "batch", "not a field of op grouped_mm"),
+    ],
+)
+def test_a_bad_grouped_spec_names_the_field(
+    changes: dict[str, Any], field: str, reason: str
+) -> None:
+    with pytest.raises(InvalidSpec) as info:
+        grouped(**changes)
+    assert info.value.field == field and reason in info.value.reason
+
+
+def test_no_group_sizes_is_refused() -> None:
+    with pytest.raises(InvalidSpec, match="group_sizes: is required"):
+        Workload(op="grouped_mm", m=8, n=8, k=8)
+    with pytest.raises(InvalidSpec, match="comma-separated"):
+        get_operator("grouped_mm").field("group_sizes").parse("3;4")
+
+
+def test_the_client_keys_a_list_field_as_a_tuple() -> None:
+    key = workload_tuple(GROUPED)
+    assert key[-1] == (("group_sizes", (5, 0, 17, 1)),)
+    hash(key)
+    assert Workload.from_dict(workload_fields(key)) == grouped()
+    assert workload_tuple(grouped()) == key
+
+
+# --- spaces (no torch, no Triton) ------------------------------------------------------------
+def test_spaces_fit_the_shapes_and_the_device() -> None:
+    bmm = Workload.from_dict({**BMM, "dtype": "float16"})
+    space = TritonBmmTemplate().space(bmm, H100)
+    assert {c["BLOCK_M"] for c in space.points} == {16, 32, 64}  # no tile taller than 37 rows
+    assert {c["BATCH_MAJOR"] for c in space.points} == {True, False}
+    big = Workload(op="bmm", m=4096, n=4096, k=4096, dtype="float16", params=(("batch", 2),))
+    template = TritonBmmTemplate()
+    huge = template.default_config(big, H100).replace(BLOCK_M=256, BLOCK_N=256, num_stages=5)
+    reason = template.invalid_reason(big, H100, huge)
+    assert reason is not None and ("shared memory" in reason or "registers" in reason)
+    # A shared B: the entries of one tile run together first.
+    shared = Workload.from_dict({**BMM, "b_broadcast": True})
+    assert template.seed_configs(shared, H100)[0]["BATCH_MAJOR"] is False
+
+    g = TritonGroupedMmTemplate()
+    w = grouped(dtype="bfloat16")
+    points = g.space(w, H100).points
+    assert max(c["BLOCK_M"] for c in points) == 32  # the largest group has 17 rows
+    assert all(c["PROGRAMS"] == 1 for c in points if c["SCHEDULE"] == "tile")
+    assert {c["SCHEDULE"] for c in g.seed_configs(w, H100)} == {"tile", "persistent"}
+    for name in ("triton.bmm", "triton.grouped_mm"):
+        assert get_template(name).problem(w if "grouped" in name else bmm, H100) is None
+    assert g.problem(grouped(dtype="float64"), H100) is not None
+
+
+def test_features_see_the_batch_and_the_groups() -> None:
+    for name, w in (
+        ("triton.bmm", Workload.from_dict({**BMM, "dtype": "float16"})),
+        ("triton.grouped_mm", grouped(dtype="float16")),
+    ):
+        points = get_template(name).space(w, H100).points
+        features = feature_set(name)
+        assert features.template == name
+        x = features.matrix(w, H100, points)
+        assert x.shape == (len(points), len(features.names)) and np.isfinite(x).all()
+    tiles = features.names.index("group_tiles")
+    # 16-row tiles: 1 + 0 + 2 + 1 rows of tiles for 5, 0, 17, 1 rows (BLOCK_N 32: 2 columns).
+    row = next(i for i, c in enumerate(points) if c["BLOCK_M"] == 16 and c["BLOCK_N"] == 32)
+    assert x[row, tiles] == 4 * 2
+
+
+# --- through the sandboxes, on the CPU -------------------------------------------------------
+INTERPRET_ENV = {**PLUGIN_ENV, "TRITON_INTERPRET": "1"}
+FAST = TimingPolicy(min_secs=0.001, max_repeats=3)
+
+
+@pytest.fixture(scope="module")
+def interpreter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMeasurer]:
+    measurer = LocalMeasurer(
+        workdir=tmp_path_factory.mktemp("triton"), env=INTERPRET_ENV, timing=FAST, timeout_secs=300
+    )
+    yield measurer
+    measurer.close()
+
+
+def request(workload: Workload, config: Config, template: str) -> MeasureRequest:
+    tmpl = get_template(template)
+    return MeasureRequest(workload, H100, tmpl.name, tmpl.version, config)
+
+
+@needs_triton
+def test_bmm_strided_and_broadcast_match_the_reference(interpreter: LocalMeasurer) -> None:
+    template = TritonBmmTemplate()
+    requests = []
+    for changes in (
+        {"dtype": "float16"},
+        {"dtype": "float32", "b_broadcast": True, "b_layout": "col_major"},
+        {"dtype": "float32", "allow_tf32": True, "a_layout": "col_major"},
+    ):
+        w = Workload.from_dict({**BMM, **changes})
+        seeds = template.seed_configs(w, H100)
+        requests += [request(w, c, "triton.bmm") for c in seeds[:2]]
+        requests.append(request(w, Config({"allow_tf32": w.allow_tf32}), "torch.bmm_gpu"))
+    results = interpreter.measure(requests)
+    for req, result in zip(requests, results, strict=True):
+        assert result.status is MeasureStatus.OK, (req.workload.label, req.config, result.error)
+        assert result.repeat_secs and result.environment["relative_error"] < 2e-3
+    assert results[2].environment["library_kernel"] == "torch.bmm"
+
+
+@needs_triton
+def test_grouped_mm_with_an_empty_group_matches_the_reference(interpreter: LocalMeasurer) -> None:
+    template = TritonGroupedMmTemplate()
+    requests = []
+    for changes in (
+        {"dtype": "float16"},
+        {"dtype": "float32", "group_sizes": [0, 9, 30, 0, 2], "m": 41, "b_layout": "col_major"},
+    ):
+        w = grouped(**changes)
+        for config in template.seed_configs(w, H100)[:2]:
+            requests.append(request(w, config, "triton.grouped_mm"))
+        requests.append(request(w, Config({"allow_tf32": False}), "torch.grouped_mm"))
+    # GROUP_M larger than the group's rows of tiles, one 16-row tile per program, persistent.
+    w = grouped(dtype="float16")
+    tile = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
+    for schedule, programs in (("tile", 1), ("persistent", 1), ("persistent", 4)):
+        config = Config({**tile, "GROUP_M": 8, "SCHEDULE": schedule, "PROGRAMS": programs})
+        assert template.space(w, H100).is_valid(config)
+        requests.append(request(w, config, "triton.grouped_mm"))
+    results = interpreter.measure(requests)
+    for req, result in zip(requests, results, strict=True):
+        assert result.status is MeasureStatus.OK, (req.workload.label, req.config, result.error)
+        assert result.environment["relative_error"] < 2e-3
+    baseline = results[2].environment
+    assert baseline["library_kernel"] in ("torch._grouped_mm", "torch.mm per group")
+    assert baseline["library_kernel"] == "torch._grouped_mm" or baseline["grouped_mm_refused"]
+
+
+@needs_triton
+def test_a_kernel_that_skips_a_group_is_a_wrong_answer() -> None:
+    """The check is not blind: C's rows of a group the kernel never reaches stay NaN."""
+    code = (
+        "import os; os.environ['TRITON_INTERPRET'] = '1'\n"
+        "import torch\n"
+        "from tunehub.core import Workload\n"
+        "from tunehub.kernels import gpu_reference as ref\n"
+        "from tunehub.kernels import triton_bmm as tb, triton_bmm_kernels as tk\n"
+        f"w = Workload.from_dict({GROUPED!r})\n"
+        "ops = tb.grouped_operands(w, torch.device('cpu'), 3)\n"
+        "cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=2,\n"
+        "           SCHEDULE='tile', PROGRAMS=1)\n"
+        "ops.offsets[4] = 22  # the kernel is told the last group ends a row early\n"
+        "tk.grouped_launch(ops.a, ops.b, ops.out, ops.offsets, cfg, False, 3)()\n"
+        "ops.offsets[4] = 23\n"
+        "check = ref.check(ops.out, tb.grouped_reference(ops), w)\n"
+        "assert not check.ok and 'not finite' in check.message, check\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, env=env)
+
+
+@needs_triton
+def test_build_compiles_both_kernels_for_an_h100_without_one(tmp_path: Path) -> None:
+    """The build sandbox's path: Triton compiles for sm_90 into its cache, no GPU needed."""
+    code = (
+        "from pathlib import Path\n"
+        "from tunehub.core import MeasureRequest, Target, Workload\n"
+        "from tunehub.kernels.registry import get_template\n"
+        f"h100 = Target.from_dict({H100.to_dict()!r})\n"
+        "for name, spec in (\n"
+        "    ('triton.bmm', {'op': 'bmm', 'batch': 8, 'm': 512, 'n': 256, 'k': 64,\n"
+        "                    'b_broadcast': True, 'dtype': 'float16'}),\n"
+        "    ('triton.grouped_mm', {'op': 'grouped_mm', 'group_sizes': [100, 0, 300],\n"
+        "                           'm': 400, 'n': 256, 'k': 128, 'dtype': 'bfloat16'}),\n"
+        "):\n"
+        "    t = get_template(name)\n"
+        "    w = Workload.from_dict(spec)\n"
+        "    c = t.default_config(w, h100)\n"
+        "    art = t.build(MeasureRequest(w, h100, name, t.version, c), build_dir=Path('.'))\n"
+        "    assert art.key != 'interpreter' and art.environment['shared_bytes'] > 0, art\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, env=env, timeout=300)
+
+
+# --- the API ---------------------------------------------------------------------------------
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    store = MemoryScheduleStore()
+    app = create_app(Settings(home=tmp_path, run_jobs=False), store=store)
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        c.headers["X-API-Key"] = add_key(store)
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("workload", "loc"),
+    [
+        ({**GROUPED, "group_sizes": []}, ["body", "workload", "group_sizes"]),
+        ({**GROUPED, "group_sizes": [5, -1]}, ["body", "workload", "group_sizes"]),
+        ({**GROUPED, "group_sizes": "5,0"}, ["body", "workload", "group_sizes"]),
+        ({**GROUPED, "m": 24}, ["body", "workload", "m"]),
+        ({**GROUPED, "group_sizes": [1] * 65, "m": 65}, ["body", "workload", "group_sizes"]),
+    ],
+)
+def test_a_bad_grouped_job_is_a_422_naming_the_field(
+    client: TestClient, workload: dict[str, Any], loc: list[str]
+) -> None:
+    response = client.post("/api/v1/jobs", json={"workload": workload})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == loc, response.text
+
+
+def test_grouped_lookups_and_the_operators_list(client: TestClient) -> None:
+    # No GPU target here: the local CPU has no grouped_mm template, which the job names.
+    job = client.post("/api/v1/jobs", json={"workload": GROUPED})
+    assert job.status_code == 422 and job.json()["detail"][0]["loc"] == ["body", "workload", "op"]
+    query = {**GROUPED, "group_sizes": "5,0,17,1"}
+    answer = client.get("/api/v1/schedules/best", params=query)
+    assert answer.status_code in (200, 404), answer.text
+    bad = client.get("/api/v1/schedules/best", params={**query, "group_sizes": "5,x"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "group_sizes"]
+    batch = client.post(
+        "/api/v1/schedules/lookup",
+        json={"items": [{"workload": GROUPED}, {"workload": {**GROUPED, "group_sizes": [1]}}]},
+    ).json()["results"]
+    assert not batch[1]["ok"] and batch[1]["loc"] == ["workload", "m"]
+    operators = {o["name"]: o for o in client.get("/api/v1/operators").json()["items"]}
+    fields = operators["grouped_mm"]["fields"]
+    assert [f["name"] for f in fields] == ["group_sizes"] and fields[0]["type"] == "array"
+    names = {t["name"] for t in operators["grouped_mm"]["templates"]}
+    assert {"triton.grouped_mm", "torch.grouped_mm"} <= names
+    assert "triton.bmm" in {t["name"] for t in operators["bmm"]["templates"]}

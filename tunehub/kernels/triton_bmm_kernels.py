@@ -1,0 +1,229 @@
+"""Triton kernels of ``triton.bmm`` and ``triton.grouped_mm`` (imports torch and Triton).
+
+``bmm_kernel``: one program per (batch entry, output tile); the batch is in the grid, folded
+with the tiles into its first axis (``BATCH_MAJOR``: every tile of entry 0 first, so an entry's
+A stays in L2; else every entry of tile 0 first, so a broadcast B's tile does). B's batch
+stride may be 0 (one B for every entry). Tiles within an entry are swizzled ``GROUP_M`` rows
+of tiles at a time, as in Triton's matmul tutorial.
+
+``grouped_kernel``: the groups' tiles are one flat list, group by group (an empty group has
+none), each group's in ``GROUP_M`` swizzled order. The group offsets stay on the device (a
+mixture-of-experts layer's router writes them there): each program finds its tile's group by
+a scan of the ``G + 1`` offsets, and the grid is an upper bound on the tiles (``cdiv(m,
+BLOCK_M) + G`` rows of tiles), so launching needs no copy of the sizes to the host.
+``PERSISTENT``: a grid of ``PROGRAMS`` programs looping over the list instead of one program
+per tile.
+
+Both accumulate in fp32 (``tl.dot``: TF32 only where the workload allows it) and write C in
+the operands' dtype. ``compile_for`` compiles either for a GPU's compute capability without
+one (the build sandbox), as ``triton_gemm_kernels.precompile`` does for ``triton.gemm``.
+"""
+
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from tunehub.kernels.triton_gemm_kernels import _compile_like_jit, _FakeTensor
+
+
+@triton.jit
+def _swizzle(tile, grid_m, grid_n, GROUP_M: tl.constexpr):
+    width = GROUP_M * grid_n
+    first_m = (tile // width) * GROUP_M
+    size_m = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % width) % size_m
+    pid_n = (tile % width) // size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _tile(a_ptr, b_ptr, c_ptr, rows, N, K, sam, sak, sbk, sbn, scm, scn, pid_m, pid_n,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+          PRECISION: tl.constexpr):  # fmt: skip
+    # One BLOCK_M x BLOCK_N tile of C[:rows, :N] = A[:rows, :K] @ B[:K, :N].
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None].to(tl.int64) * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None].to(tl.int64) * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, tl.cdiv(K, BLOCK_K)):
+        left = K - kk * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < rows) & (rk[None, :] < left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < left) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * sak
+        b_ptrs += BLOCK_K * sbk
+    c_ptrs = c_ptr + rm[:, None].to(tl.int64) * scm + rn[None, :] * scn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < rows) & (rn[None, :] < N))
+
+
+@triton.jit
+def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BATCH,
+               sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               GROUP_M: tl.constexpr, BATCH_MAJOR: tl.constexpr,
+               PRECISION: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    if BATCH_MAJOR:
+        entry = pid // (grid_m * grid_n)
+        tile = pid % (grid_m * grid_n)
+    else:
+        entry = pid % BATCH
+        tile = pid // BATCH
+    pid_m, pid_n = _swizzle(tile, grid_m, grid_n, GROUP_M)
+    e = entry.to(tl.int64)
+    _tile(a_ptr + e * sab, b_ptr + e * sbb, c_ptr + e * scb, M, N, K, sam, sak, sbk, sbn,
+          scm, scn, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)  # fmt: skip
+
+
+@triton.jit
+def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, N, K, G, TILE_BOUND,
+                   sam, sak, sbg, sbk, sbn, scm, scn,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   GROUP_M: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
+    grid_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), TILE_BOUND, tl.num_programs(0)):
+        # The tile's group: a scan of the offsets (G <= 64; they stay in L1).
+        group = tile * 0
+        first = tile * 0
+        row0 = tile * 0
+        rows = tile * 0
+        seen = tile * 0
+        for g in range(0, G):
+            lo = tl.load(offs_ptr + g)
+            hi = tl.load(offs_ptr + g + 1)
+            count = tl.cdiv(hi - lo, BLOCK_M) * grid_n
+            inside = (tile >= seen) & (tile < seen + count)
+            group = tl.where(inside, g, group)
+            first = tl.where(inside, seen, first)
+            row0 = tl.where(inside, lo, row0)
+            rows = tl.where(inside, hi - lo, rows)
+            seen += count
+        if tile < seen:
+            pid_m, pid_n = _swizzle(tile - first, tl.cdiv(rows, BLOCK_M), grid_n, GROUP_M)
+            r0 = tl.cast(row0, tl.int64)
+            _tile(a_ptr + r0 * sam, b_ptr + tl.cast(group, tl.int64) * sbg, c_ptr + r0 * scm, rows,
+                  N, K, sam, sak, sbk, sbn, scm, scn, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K,
+                  PRECISION)  # fmt: skip
+
+
+def precision(dtype: torch.dtype, allow_tf32: bool) -> str:
+    """``tl.dot``'s input precision: TF32 only for a float32 workload that allows it."""
+    return "tf32" if dtype == torch.float32 and allow_tf32 else "ieee"
+
+
+def _meta(config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "BLOCK_M": int(config["BLOCK_M"]),
+        "BLOCK_N": int(config["BLOCK_N"]),
+        "BLOCK_K": int(config["BLOCK_K"]),
+        "GROUP_M": int(config["GROUP_M"]),
+        "num_warps": int(config["num_warps"]),
+        "num_stages": int(config["num_stages"]),
+    }
+
+
+def bmm_launch(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: dict[str, Any], allow_tf32: bool
+) -> Callable[[], None]:
+    """A bound launch of ``out[i] = a[i] @ b[i]`` (``b`` of batch stride 0 when broadcast)."""
+    batch, m, k = a.shape
+    n = b.shape[-1]
+    if b.shape[-2] != k or out.shape != (batch, m, n) or b.shape[0] not in (1, batch):
+        raise ValueError(f"a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)}")
+    meta = _meta(config)
+    tiles = triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"])
+    grid = (tiles * batch,)
+    sbb = 0 if b.shape[0] == 1 else b.stride(0)
+    args = (a, b, out, m, n, k, batch, *a.stride(), sbb, b.stride(1), b.stride(2), *out.stride())
+    extra = {
+        "BATCH_MAJOR": bool(config["BATCH_MAJOR"]),
+        "PRECISION": precision(a.dtype, allow_tf32),
+    }
+
+    def launch() -> None:
+        bmm_kernel[grid](*args, **meta, **extra)
+
+    return launch
+
+
+def grouped_grid(m: int, n: int, groups: int, config: dict[str, Any], num_sms: int) -> int:
+    """Programs launched: one per tile of the bound (``cdiv(m, BLOCK_M) + groups`` rows of
+    tiles, more than the groups' own), or ``PROGRAMS`` per SM of them when persistent."""
+    bound = (triton.cdiv(m, int(config["BLOCK_M"])) + groups) * triton.cdiv(
+        n, int(config["BLOCK_N"])
+    )
+    if config["SCHEDULE"] == "persistent":
+        return int(max(1, min(bound, num_sms * int(config["PROGRAMS"]))))
+    return int(bound)
+
+
+def grouped_launch(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    offsets: torch.Tensor,
+    config: dict[str, Any],
+    allow_tf32: bool,
+    num_sms: int,
+) -> Callable[[], None]:
+    """A bound launch of ``out[o_g:o_(g+1)] = a[o_g:o_(g+1)] @ b[g]`` for each group g, ``offsets``
+    (int32, G + 1 entries, on the device) the groups' running row sums from 0."""
+    m, k = a.shape
+    groups, _, n = b.shape
+    if b.shape[1] != k or out.shape != (m, n) or offsets.numel() != groups + 1:
+        raise ValueError(
+            f"a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)}, "
+            f"{offsets.numel()} offsets"
+        )
+    meta = _meta(config)
+    bound = (triton.cdiv(m, meta["BLOCK_M"]) + groups) * triton.cdiv(n, meta["BLOCK_N"])
+    grid = (grouped_grid(m, n, groups, config, num_sms),)
+    args = (a, b, out, offsets, n, k, groups, bound, *a.stride(), *b.stride(), *out.stride())
+    prec = precision(a.dtype, allow_tf32)
+
+    def launch() -> None:
+        grouped_kernel[grid](*args, **meta, PRECISION=prec)
+
+    return launch
+
+
+def compile_for(
+    op: str,
+    config: dict[str, Any],
+    dtype: torch.dtype,
+    allow_tf32: bool,
+    capability: int,
+    strides: tuple[int, ...],
+) -> Any:
+    """Compile ``op``'s kernel (``bmm`` or ``grouped_mm``) for a GPU of compute
+    ``capability`` into TRITON_CACHE_DIR, without a GPU: the compiled kernel (``.hash``,
+    ``.metadata.shared``). ``strides`` are the launch's, in the kernel's order (they decide
+    its specialisation, as sizes divisible by 16 do)."""
+    from triton.backends.compiler import GPUTarget
+
+    meta = _meta(config)
+    fake = _FakeTensor(dtype)
+    prec = precision(dtype, allow_tf32)
+    if op == "bmm":
+        m, n, k, batch = strides[:4]
+        args: tuple[Any, ...] = (fake, fake, fake, m, n, k, batch, *strides[4:])
+        kwargs = {**meta, "BATCH_MAJOR": bool(config["BATCH_MAJOR"]), "PRECISION": prec}
+        kernel = bmm_kernel
+    else:
+        n, k, groups, bound = strides[:4]
+        offsets = _FakeTensor(torch.int32)
+        args = (fake, fake, fake, offsets, n, k, groups, bound, *strides[4:])
+        kwargs = {**meta, "PRECISION": prec}
+        kernel = grouped_kernel
+    compiled, _ = _compile_like_jit(kernel, GPUTarget("cuda", capability, 32), args, kwargs)
+    return compiled
