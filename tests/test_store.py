@@ -829,6 +829,32 @@ def test_family_schedules_cover_targets_of_the_family_fastest_first(store: Sched
     assert store.family_schedules(workload_key=SQUARE.key, family_key="f" * 64) == []
 
 
+def test_family_lookup_reads_the_schedules_and_the_familys_baselines(
+    store: ScheduleStore,
+) -> None:
+    here, sibling = record(2e-3, target=CPU), record(1e-3, target=CPU_NEW_CC)
+    stranger = record(0.1e-3, target=OTHER_CPU)
+    store.commit_records([here, sibling, stranger])
+    own = record(3e-3, template="numpy.matmul", config={"threads": 1})
+    other_family = record(3e-3, template="numpy.matmul", target=OTHER_CPU, config={"threads": 1})
+    other_shape = record(3e-3, template="numpy.matmul", workload=TALL, config={"threads": 1})
+    for baseline in (own, other_family, other_shape):
+        store.commit_baseline(baseline)
+
+    schedules, baselines = store.family_lookup(workload_key=SQUARE.key, family_key=CPU.family_key)
+    assert schedules == store.family_schedules(workload_key=SQUARE.key, family_key=CPU.family_key)
+    assert [s.record_uid for s in schedules] == [sibling.uid, here.uid]
+    assert [(b.uid, b.median_secs, b.request.target.target_key) for b in baselines] == [
+        (own.uid, own.median_secs, CPU.target_key)
+    ]
+    only = store.family_lookup(
+        workload_key=SQUARE.key, family_key=CPU.family_key, template="triton.gemm"
+    )
+    assert only == ([], [])  # no schedule: the Baselines are not read
+    # A Baseline with no schedule beside it (TALL) is not looked for.
+    assert store.family_lookup(workload_key=TALL.key, family_key=CPU.family_key) == ([], [])
+
+
 def test_target_schedules(store: ScheduleStore) -> None:
     square, tall = record(2e-3), record(1e-3, workload=TALL)
     triton = record(1e-3, template="triton.gemm")

@@ -255,6 +255,21 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         session.close()
 
 
+@contextmanager
+def read_connection(engine: Engine) -> Iterator[Connection]:
+    """A pooled connection for reads only, closed after; on PostgreSQL in autocommit, so that
+    no BEGIN and COMMIT round trips wrap the reads (each statement sees the latest commits).
+    A database that cannot be reached raises ``StoreUnavailable``, as ``session_scope``."""
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "postgresql":
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
+    except (OperationalError, InterfaceError) as exc:
+        reason = " ".join(str(exc.orig or exc).split())[:300]
+        raise StoreUnavailable(f"the database is unreachable: {reason}") from exc
+
+
 def _rollback(session: Session) -> None:
     # On a dropped connection the rollback fails too; the error that matters is the first.
     try:

@@ -79,7 +79,14 @@ from tunehub.db.common import (
     trials_of,
     unknown_target,
 )
-from tunehub.db.engine import make_engine, ping, safe_url, session_scope, write_engine
+from tunehub.db.engine import (
+    make_engine,
+    ping,
+    read_connection,
+    safe_url,
+    session_scope,
+    write_engine,
+)
 from tunehub.db.store import (
     IN_CHUNK,
     ApiKeyNotFound,
@@ -691,6 +698,36 @@ class SqlScheduleStore(ScheduleStore):
         )
         with session_scope(self._read) as session:
             return [_schedule(row) for row in session.scalars(query)]
+
+    def family_lookup(
+        self, *, workload_key: str, family_key: str, template: str | None = None
+    ) -> tuple[list[Schedule], list[MeasureRecord]]:
+        # One pooled connection for both reads, and on PostgreSQL in autocommit: no BEGIN
+        # and COMMIT round trips around a read (a lookup through a session each for the
+        # schedules and the Baseline made 8 round trips; this makes 2 or 3, the pool's
+        # liveness check included). Plain rows for the schedules (no ORM instances).
+        schedules = table(ScheduleRow)
+        query = (
+            select(*schedules.c)
+            .join(TargetRow, TargetRow.target_key == schedules.c.target_key)
+            .where(schedules.c.workload_key == workload_key, TargetRow.family_key == family_key)
+        )
+        if template is not None:
+            query = query.where(schedules.c.template == template)
+        query = query.order_by(
+            schedules.c.median_secs, schedules.c.target_key, schedules.c.template
+        )
+        baselines = (
+            _records_query()
+            .join(BaselineRow, BaselineRow.record_uid == RecordRow.uid)
+            .where(BaselineRow.workload_key == workload_key, TargetRow.family_key == family_key)
+        )
+        with read_connection(self._engine) as conn:
+            found = [_schedule(row) for row in conn.execute(query)]
+            if not found:
+                return found, []
+            with Session(bind=conn) as session:
+                return found, _records(session, baselines)
 
     def schedules_for(
         self, *, workload_keys: Collection[str], family_keys: Collection[str]

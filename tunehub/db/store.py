@@ -414,6 +414,25 @@ class ScheduleStore(ABC):
     ) -> list[Schedule]:
         """Schedules for this workload on any target of the family, fastest first."""
 
+    def family_lookup(
+        self, *, workload_key: str, family_key: str, template: str | None = None
+    ) -> tuple[list[Schedule], list[MeasureRecord]]:
+        """What a single lookup reads: ``family_schedules``, and when there is any, every
+        Baseline's record of the workload on a target of the family (any library and
+        config; none read when no schedule was found). The database reads both on one
+        connection (a lookup is on every compiler's path: each round trip counts)."""
+        schedules = self.family_schedules(
+            workload_key=workload_key, family_key=family_key, template=template
+        )
+        if not schedules:
+            return schedules, []
+        baselines = [
+            r
+            for r in self.baselines_for(workload_keys=[workload_key])
+            if r.request.target.family_key == family_key
+        ]
+        return schedules, baselines
+
     @abstractmethod
     def schedules_for(
         self, *, workload_keys: Collection[str], family_keys: Collection[str]

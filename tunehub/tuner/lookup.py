@@ -124,14 +124,30 @@ def find_schedule(
     The answer carries the vendor library's Baseline, if one was measured, for comparison.
     """
     # One read serves both tiers (the family's schedules, fastest first, include this
-    # target's): a lookup is on every compiler's path, and most find nothing tuned.
-    schedules = store.family_schedules(
+    # target's) and the Baseline (the workload's on the family): a lookup is on every
+    # compiler's path, and the database is the most of its time.
+    schedules, baselines = store.family_lookup(
         workload_key=workload.key, family_key=target.family_key, template=template
     )
     picked = _pick(schedules, target, template)
     if picked is None:
         return None
-    return _answer(store, picked[0], picked[1], workload, target)
+    schedule, source = picked
+    baseline = None
+    key = _baseline_key(workload, target, schedule.template, schedule.config, schedule.target_key)
+    if key is not None and baselines:
+        wanted = Config(key[4])
+        baseline = next(
+            (
+                r
+                for r in baselines
+                if r.request.target.target_key == key[1]
+                and r.request.template == key[2]
+                and r.request.config == wanted
+            ),
+            None,
+        )
+    return LookupAnswer(schedule, source, workload, baseline)
 
 
 @dataclass(frozen=True)
@@ -510,18 +526,3 @@ def _baseline_key(
         library_config.key,
         library_config.to_dict(),
     )
-
-
-def _answer(
-    store: ScheduleStore, schedule: Schedule, source: str, workload: Workload, target: Target
-) -> LookupAnswer:
-    """The answer with the Baseline measured on the schedule's own target and config."""
-    baseline = baseline_for(
-        store,
-        workload=workload,
-        target=target,
-        template=schedule.template,
-        config=schedule.config,
-        target_key=schedule.target_key,
-    )
-    return LookupAnswer(schedule, source, workload, baseline)
