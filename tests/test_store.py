@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from tunehub.core import (
     Budget,
@@ -911,6 +912,26 @@ def test_commit_records_is_one_transaction(sql_url: str, monkeypatch: pytest.Mon
     assert store.get_target(OTHER_CPU.target_key) is None
     assert store.get_workload(TALL.key) is None
     store.close()
+
+
+@pytest.mark.postgres
+def test_a_lookup_read_outlives_its_connections_being_killed(pg_store: SqlScheduleStore) -> None:
+    """The lookup's reads skip the pool's liveness check (lookup_engine): a connection found
+    dead is dropped with the pool's older ones and the read tried once more, so the caller
+    never sees it."""
+    store = pg_store
+    store.commit_records([record(2e-3)])
+    first = store.family_lookup(workload_key=SQUARE.key, family_key=CPU.family_key)
+    assert [s.workload_key for s in first[0]] == [SQUARE.key]
+    with store.engine.connect() as conn:  # every other backend of this database goes
+        killed = conn.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ).scalar_one()
+    assert killed >= 1
+    assert store.family_lookup(workload_key=SQUARE.key, family_key=CPU.family_key) == first
 
 
 def test_baseline_is_the_latest_ok_library_time_per_config(store: ScheduleStore) -> None:

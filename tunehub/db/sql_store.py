@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     Engine,
     Select,
     Text,
@@ -80,9 +81,10 @@ from tunehub.db.common import (
     unknown_target,
 )
 from tunehub.db.engine import (
+    lookup_engine,
     make_engine,
     ping,
-    read_connection,
+    read_once,
     safe_url,
     session_scope,
     write_engine,
@@ -149,6 +151,7 @@ class SqlScheduleStore(ScheduleStore):
         self._engine = engine
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(write_engine(engine), expire_on_commit=False)
+        self._lookups = lookup_engine(engine)
 
     def __repr__(self) -> str:
         return f"SqlScheduleStore({safe_url(self._engine.url)!r})"
@@ -159,6 +162,8 @@ class SqlScheduleStore(ScheduleStore):
 
     def close(self) -> None:
         if self._owns_engine:
+            if self._lookups is not self._engine:
+                self._lookups.dispose()
             self._engine.dispose()
 
     def ping(self, *, timeout_secs: float = 1.0) -> None:
@@ -702,13 +707,20 @@ class SqlScheduleStore(ScheduleStore):
     def family_lookup(
         self, *, workload_key: str, family_key: str, template: str | None = None
     ) -> tuple[list[Schedule], list[MeasureRecord]]:
-        # One pooled connection for both reads, and on PostgreSQL in autocommit: no BEGIN
-        # and COMMIT round trips around a read (a lookup through a session each for the
-        # schedules and the Baseline made 8 round trips; this makes 2 or 3, the pool's
-        # liveness check included). Plain rows for the schedules (no ORM instances).
+        # One round trip where the workload has no Baseline, two where it has: one pooled
+        # connection without a liveness check (lookup_engine), on PostgreSQL in autocommit
+        # (no BEGIN and COMMIT around a read), the schedules as plain rows (no ORM
+        # instances) with whether any Baseline of the workload exists. Through a session
+        # each for the schedules and the Baseline, an exact lookup made 8 round trips.
         schedules = table(ScheduleRow)
+        has_baseline = (
+            select(BaselineRow.workload_key)
+            .where(BaselineRow.workload_key == workload_key)
+            .exists()
+            .label("has_baseline")
+        )
         query = (
-            select(*schedules.c)
+            select(*schedules.c, has_baseline)
             .join(TargetRow, TargetRow.target_key == schedules.c.target_key)
             .where(schedules.c.workload_key == workload_key, TargetRow.family_key == family_key)
         )
@@ -722,12 +734,16 @@ class SqlScheduleStore(ScheduleStore):
             .join(BaselineRow, BaselineRow.record_uid == RecordRow.uid)
             .where(BaselineRow.workload_key == workload_key, TargetRow.family_key == family_key)
         )
-        with read_connection(self._engine) as conn:
-            found = [_schedule(row) for row in conn.execute(query)]
-            if not found:
+
+        def read(conn: Connection) -> tuple[list[Schedule], list[MeasureRecord]]:
+            rows = conn.execute(query).all()
+            found = [_schedule(row) for row in rows]
+            if not found or not rows[0].has_baseline:
                 return found, []
             with Session(bind=conn) as session:
                 return found, _records(session, baselines)
+
+        return read_once(self._lookups, read)
 
     def schedules_for(
         self, *, workload_keys: Collection[str], family_keys: Collection[str]
