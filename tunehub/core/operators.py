@@ -143,6 +143,10 @@ class Operator:
     # Names users may reach for that the operator spells as m, n or k (attention's q_len is
     # m): a workload naming one is refused with the name to use instead.
     aliases: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # The template a job of this operator gets when it names none, per target kind (by name:
+    # the kernels register below this layer). Kinds not listed take the first template, by
+    # name, that runs the workload there.
+    default_templates: ClassVar[Mapping[str, str]] = {}
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -210,12 +214,14 @@ class Operator:
 class Matmul(Operator):
     name = "matmul"
     description = "GEMM C[m, n] = epilogue(A[m, k] @ B[k, n] + bias[n])"
+    default_templates = {"cpu": "blis.gemm", "cuda": "triton.gemm"}
 
 
 class Bmm(Operator):
     """Batched GEMM: ``batch`` independent products, or one B shared by every entry."""
 
     name = "bmm"
+    default_templates = {"cpu": "blis.bmm", "cuda": "triton.bmm"}
     description = (
         "batched GEMM C[b, m, n] = A[b, m, k] @ B[b, k, n] for b < batch; with b_broadcast, "
         "one B[k, n] serves every entry"
@@ -253,6 +259,7 @@ class GroupedMm(Operator):
     groups together (the sum of ``group_sizes``), so flops are 2·m·n·k as for one GEMM."""
 
     name = "grouped_mm"
+    default_templates = {"cuda": "triton.grouped_mm"}
     description = (
         "grouped GEMM: for each group g, C[o_g:o_g+M_g, n] = A[o_g:o_g+M_g, k] @ B[g, k, n], the "
         "M_g given as group_sizes (o_g their running sum); m is their total"
@@ -305,6 +312,7 @@ class Attention(Operator):
     contiguous. m, n, k are q_len, kv_len, head_dim."""
 
     name = "attention"
+    default_templates = {"cuda": "triton.attention"}
     description = (
         "attention forward O[b, h] = softmax(Q[b, h] @ K[b, h]^T / sqrt(head_dim)) @ V[b, h]: "
         "m = q_len, n = kv_len, k = head_dim (64 or 128), float16 or bfloat16; causal masks "

@@ -20,6 +20,7 @@ from tunehub.core import (
     Workload,
     utc_now,
 )
+from tunehub.core.operators import get_operator
 from tunehub.core.registry import UnknownName
 from tunehub.core.worker import LIVE_SECS
 from tunehub.db.store import JobNotFound, ScheduleStore
@@ -190,9 +191,14 @@ def submit_job(
 
 
 def default_template(workload: Workload, target: Target) -> Template:
-    """The first template, by name, that runs ``workload`` on ``target``; else a 422 naming
-    what stops the closest one (the template of this operator and target kind that refuses
-    a field of the workload, e.g. its dtype), or the operator when none computes it here."""
+    """The operator's default template for the target's kind (``blis.gemm`` for a CPU matmul,
+    ``triton.gemm`` on CUDA; a 422 naming the field it refuses); for a kind the operator names
+    none for, the first template, by name, that runs ``workload`` on ``target``; else a 422
+    naming what stops the closest one (the template of this operator and target kind that
+    refuses a field of the workload, e.g. its dtype), or the operator when none computes it."""
+    name = get_operator(workload.op).default_templates.get(target.kind)
+    if name is not None and name in template_names():
+        return get_template(name)  # its check below names the field it refuses
     runs = lookup_templates(workload, target, None)
     if runs:
         return runs[0]
