@@ -56,7 +56,15 @@ def test_job_over_http_becomes_the_schedule_a_lookup_returns(tmp_path: Path) -> 
         winner = next(r for r in top if r["uid"] == answer["record_id"])
         assert answer["config"] == winner["config"]
         assert answer["median_secs"] == pytest.approx(winner["median_secs"])
-        assert answer["confirmed_median_secs"] > 0 and answer["confirmed_rounds"] == 3
+        if answer["confirmed_median_secs"] is None:
+            # Every re-timing of the top three was refused as noisy beside the other test
+            # worker's load: those refusals are stored, and the schedule stays the fastest
+            # trial, unconfirmed (a busy machine's timings are not taken as good).
+            refused = client.job_records(job["id"])
+            assert any(r["status"] == "noisy" for r in refused), refused
+            assert answer["confirmed_rounds"] is None
+        else:
+            assert answer["confirmed_median_secs"] > 0 and answer["confirmed_rounds"] == 3
         # The vendor library was timed in the same worker for the schedule's thread count.
         baseline = answer["baseline"]
         if baseline is None:
@@ -66,9 +74,8 @@ def test_job_over_http_becomes_the_schedule_a_lookup_returns(tmp_path: Path) -> 
             assert answer["speedup_vs_baseline"] is None, answer
         else:
             assert baseline["threads"] == answer["config"]["threads"]
-            assert answer["speedup_vs_baseline"] == pytest.approx(
-                baseline["median_secs"] / answer["confirmed_median_secs"]
-            )
+            best = answer["confirmed_median_secs"] or answer["median_secs"]
+            assert answer["speedup_vs_baseline"] == pytest.approx(baseline["median_secs"] / best)
         targets = client.list_targets()
         assert targets[0]["live"] and targets[0]["workers"][0]["device"] == "cpu"
 
