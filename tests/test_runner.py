@@ -10,6 +10,8 @@ from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 import tests.faulty_template  # noqa: F401 - registers the test templates in this process
 from tests.test_local_measurer import PLUGIN_ENV, alive, flaky_python
 from tunehub.core import (
@@ -672,3 +674,33 @@ def test_a_store_away_too_long_fails_the_job_once_it_is_back() -> None:
     job = store.get_job(job_id)
     assert "unreachable for" in job.error and "TUNEHUB_DB_OUTAGE_SECS" in job.error
     assert job.trials_done == len(store.job_records(job_id)) < 1000
+
+
+def test_a_store_fault_while_looking_at_the_queue_is_said_once_then_counted(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its slice, a running job asks the store once a second whether another job waits:
+    with the store away for minutes that is one traceback, then a count, then a line when the
+    store answers again, not a traceback a second (seen in benchmarks/faults.py, issue 27)."""
+    target = local_cpu_target()
+    store = MemoryScheduleStore()
+    runner = JobRunner(store, lambda: ReplayMeasurer([], target=target), slice_secs=1e-9)
+    submit(store, target)
+    job = store.claim_job()
+    assert job is not None
+    monkeypatch.setattr("tunehub.service.runner.SLICE_CHECK_SECS", 0.0)
+    (worker,) = runner.workers
+    slice_over = runner._slice_over(job, worker)
+    away = StoreUnavailable("the database is unreachable: connection refused")
+    with monkeypatch.context() as patch, caplog.at_level("WARNING", "tunehub.service.runner"):
+        patch.setattr(store, "count_jobs", lambda **kwargs: (_ for _ in ()).throw(away))
+        assert not any(slice_over() for _ in range(50))
+    said = [(r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert said == [(f"job {job.id}: could not look at the queue", True)]
+    caplog.clear()
+    with caplog.at_level("WARNING", "tunehub.service.runner"):
+        assert slice_over() is False  # the store answers: nothing else waits
+    assert [r.getMessage() for r in caplog.records] == [
+        "the last warning repeated 49 more times",
+        f"job {job.id}: the queue can be looked at again",
+    ]

@@ -185,7 +185,7 @@ class JobRunner:
         self._ray_states: dict[str, dict[str, Any]] = {}
         # Faults these loops meet repeat every period while they last: the traceback once,
         # then a count a minute (tunehub.core.damped), and a line when they are over.
-        self._damped = {name: DampedLog(log) for name in ("ray", "states", "beat", "loop")}
+        self._damped = {name: DampedLog(log) for name in ("ray", "states", "beat", "loop", "slice")}
         if measurer_factory is not None:
             self.add_worker(measurer_factory)
 
@@ -621,10 +621,11 @@ class JobRunner:
                 waiting = self.store.count_jobs(
                     states=(JobState.QUEUED,), target_keys=keys, min_priority=job.priority
                 )
-                return waiting > 0
-            except Exception:
-                log.exception("job %d: could not look at the queue", job.id)
+            except Exception:  # every second while the store is away: damped
+                self._damped["slice"].exception("job %d: could not look at the queue", job.id)
                 return False
+            self._damped["slice"].clear("job %d: the queue can be looked at again", job.id)
+            return waiting > 0
 
         return check
 
