@@ -5,11 +5,12 @@ answers/s with p99 at most 10 ms).
 The database must hold the seeded schedules already (``scripts/seed_schedules.py``; the
 target is this machine's CPU, so every answer is ``exact``). For each source tree named by
 ``--tree`` (default: this checkout; name an exported older commit to compare, e.g.
-``git archive HEAD | tar -x -C /tmp/before``) a ``tunehub serve --no-runner --workers 1``
+``git archive HEAD | tar -x -C /tmp/before``) a ``tunehub serve --no-runner --workers W``
 is started on it, and ``wrk -t1 -c4`` asks GETs of ``/api/v1/schedules/best`` for seeded
 shapes in a random order, each shape once (the lookup cache stays on, as in production, but
-never hits): the path behind the cache. ``--rounds`` rounds, the trees interleaved in each
-round so that the machine's load of the moment weighs on them alike; medians over rounds.
+never hits): the path behind the cache, after a 2 s warm-up on other shapes (every worker
+process up, statements prepared). ``--rounds`` rounds, the trees interleaved in each round so
+that the machine's load of the moment weighs on them alike; medians over rounds.
 Before the runs, one request per tree is compared: the trees must answer the same body.
 
 Printed, and written as JSON to benchmarks/results/lookup_uncached-<host>-<UTC time>.json
@@ -165,7 +166,11 @@ def main() -> int:
     rng = random.Random(27)
     # Every request of every run a shape not asked before in that server (fresh indices).
     per_run = 40_000 * args.secs // 8
-    indices = rng.sample(range(args.count), min(args.count, per_run * args.rounds))
+    picked = rng.sample(range(args.count), min(args.count, per_run * args.rounds + 20_000))
+    # A warm-up run of 2 s before each measured one, on shapes never measured: every worker
+    # process up and connected, the statements prepared.
+    warm_paths = [f"{BEST}?m=%d&n=%d&k=%d" % shape_of(i) for i in picked[:20_000]]
+    indices = picked[20_000:]
     work = Path(tempfile.mkdtemp(prefix="lookup_uncached-"))
     report: dict[str, Any] = {
         "benchmark": "lookup_uncached",
@@ -196,6 +201,7 @@ def main() -> int:
             ):
                 if round_no == 0:
                     bodies[name] = httpx.get(base + probe, timeout=10).json()
+                wrk_run(base, pid, warm_paths, connections=args.connections, secs=2, work=work)
                 run = wrk_run(
                     base, pid, paths, connections=args.connections, secs=args.secs, work=work
                 )
