@@ -151,6 +151,7 @@ class Bench:
         self.ray_address: str | None = None
         self.ray_skipped: str | None = None
         self.submit_codes: Counter[str] = Counter()
+        self.killed_worker: str | None = None
         self.outages: list[tuple[float, float]] = []  # wall-clock spans: no job could start
 
     def log(self, what: str, **info: Any) -> None:
@@ -358,7 +359,13 @@ class Bench:
             else:
                 os.kill(victim.pid, signal.SIGKILL)
                 self.log("SIGKILL a Ray worker's actor", pid=victim.pid, worker=victim.worker_id)
-                self.wait("a new Ray worker", lambda: self.ray_victim() is not None, 120)
+                self.killed_worker = victim.worker_id
+
+                def replaced() -> bool:
+                    found = self.ray_victim()
+                    return found is not None and found.worker_id != victim.worker_id
+
+                self.wait("a new Ray worker", replaced, 120)
                 self.log("a new Ray worker registered")
             self.phase = "after ray kill"
             time.sleep(a.gap)
@@ -465,6 +472,12 @@ class Bench:
             "replayed": sum(r["replayed"] for r in rows),
             "states": dict(Counter(r["state"] for r in rows)),
             "fairness": fairness,
+            "killed_ray_worker": self.killed_worker,
+            # As GET /api/v1/workers lists them at the end: the killed actor stays, `lost`.
+            "workers": [
+                {k: w.get(k) for k in ("worker_id", "kind", "state", "lost_reason")}
+                for w in self.get("/api/v1/workers")["workers"]
+            ],
             "events": self.events,
             "jobs": rows,
         }
@@ -503,6 +516,10 @@ def summary(out: dict[str, Any]) -> str:
                      f"({f['in_slices']} slices of {out['settings']['slice_secs']} s; "
                      f"{f.get('in_slices_without_outages')} without the "
                      f"{f.get('outage_secs_meanwhile')} s of outages meanwhile)")  # fmt: skip
+    if out["killed_ray_worker"]:
+        state = {w["worker_id"]: w["state"] for w in out["workers"]}
+        lines.append(f"  the killed Ray worker is listed {state.get(out['killed_ray_worker'])!r}"
+                     f"; workers: {sorted(state.values())}")  # fmt: skip
     if out["ray_skipped"]:
         lines.append(f"  {out['ray_skipped']}")
     return "\n".join(lines)
