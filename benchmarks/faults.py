@@ -12,7 +12,7 @@ the time slice. The PostgreSQL server (initdb into a temporary directory, on a f
 Ray head are its own, as tests/test_store_faults.py does; the machine's shared server is never
 touched.
 
-    .venv/bin/python benchmarks/faults.py            # the whole run, about 7-8 minutes
+    .venv/bin/python benchmarks/faults.py            # the whole run, 5-8 minutes on the 2-core VM
     .venv/bin/python benchmarks/faults.py --quick    # shorter stops, a smoke run
     .venv/bin/python benchmarks/faults.py --no-ray   # without the Ray part
 
