@@ -21,13 +21,13 @@ from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
 from tunehub.kernels.torch_attention import TorchSdpaBaseline
 from tunehub.kernels.torch_bmm import TorchBmmBaseline
 from tunehub.kernels.torch_gemm import TorchMatmulBaseline
+from tunehub.kernels.triton_attention import TritonAttentionTemplate
 from tunehub.kernels.triton_bmm import (
     TorchBmmGpuBaseline,
     TorchGroupedMmBaseline,
     TritonBmmTemplate,
     TritonGroupedMmTemplate,
 )
-from tunehub.kernels.triton_attention import TritonAttentionTemplate
 from tunehub.kernels.triton_gemm import TritonGemmTemplate
 
 PLUGINS_ENV = "TUNEHUB_TEMPLATE_MODULES"
