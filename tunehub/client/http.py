@@ -8,19 +8,11 @@ from typing import Any
 
 import httpx
 
+from tunehub.client.query import query_value
+
 FINISHED = ("succeeded", "failed", "cancelled")
 API_KEY_HEADER = "X-API-Key"
 API_KEY_ENV = "TUNEHUB_API_KEY"
-
-
-def query_value(value: Any) -> Any:
-    """A workload field as a query parameter: ``true``/``false``, ``3,0,5`` for a list
-    (grouped_mm's ``group_sizes``)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return value
 
 
 class TunehubError(RuntimeError):

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tunehub.client.cache import CachedLookup, DiskCache, default_cache_dir
-from tunehub.client.http import query_value
+from tunehub.client.query import query_value
 
 log = logging.getLogger(__name__)
 
