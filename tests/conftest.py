@@ -58,7 +58,7 @@ SERIAL = (
     # the trust guard rightly calls their timings disturbed.
     "tests/test_e2e.py::test_job_over_http_becomes_the_schedule_a_lookup_returns",
     "tests/test_e2e.py::test_restart_mid_job_loses_and_duplicates_nothing",
-    "tests/test_compiler_benchmarks.py::test_compile_models_dry_run_tunes_looks_up_and_times",
+    "tests/test_compiler_benchmarks.py::test_compile_models_dry_run_tunes_and_looks_up",
     "tests/test_cli.py::test_tune_then_lookup_and_jobs",
     "tests/test_environment.py::test_a_job_on_a_full_disk_fails_with_the_reason",
     # The guard's own test beside a CPU hog of its own.
