@@ -137,3 +137,33 @@ def test_matmul_overhead_runs_every_contender_with_torch_and_triton_only(tmp_pat
         for name in ("tunehub", "launcher", "triton", "bind", "torch"):
             assert row[f"{name}_us"] > 0
         assert row["calls"] == {"triton.gemm": row["calls"]["triton.gemm"]}  # never the library
+
+
+def test_compile_models_merges_a_runs_steps_into_one_summary(tmp_path: Path) -> None:
+    def part(name: str, gpu: str, runs: list[dict[str, object]], **extra: object) -> Path:
+        path = tmp_path / name
+        path.write_text(json.dumps({"machine": {"gpu": gpu}, "runs": runs, **extra}))
+        return path
+
+    def timed(model: str, contender: str, ms: float) -> dict[str, object]:
+        return {"model": model, "case": "b1", "contender": contender, "launch_ms": ms,
+                "graph_ms": None, "compile_secs": 2.0}  # fmt: skip
+
+    tune = part("tune.json", "H200", [], lookups=[{"answer": "tuned"}], tuning_secs=9.0)
+    gpt2 = part("gpt2.json", "H200", [timed("gpt2", "default", 1.0), timed("gpt2", "tunehub", 0.8)],
+                lookups=[{"answer": "repeated"}])  # fmt: skip
+    vit = part("vit.json", "H200", [timed("vit", "default", 2.0), timed("vit", "tunehub", 2.5)])
+    out = tmp_path / "merged.json"
+    done = run("compile_models.py", "--merge", str(tune), str(gpt2), str(vit), "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    merged = json.loads(out.read_text())
+    assert merged["lookups"] == [{"answer": "tuned"}] and merged["tuning_secs"] == 9.0
+    assert [r["from"] for r in merged["runs"]] == ["gpt2.json"] * 2 + ["vit.json"] * 2
+    rows = merged["summary"]["rows"]
+    assert rows["gpt2/b1/launch"]["tunehub_over_best_inductor"] == pytest.approx(1.25)
+    assert rows["vit/b1/launch"]["tunehub_over_best_inductor"] == pytest.approx(0.8)
+    assert merged["summary"]["geomean_tunehub_over_best_inductor"] == pytest.approx(1.0)
+
+    other = part("h100.json", "H100", [timed("gpt2", "default", 1.0)])
+    refused = run("compile_models.py", "--merge", str(gpt2), str(other), "--out", str(out))
+    assert refused.returncode != 0 and "different GPUs" in refused.stderr
