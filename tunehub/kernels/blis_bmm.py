@@ -22,7 +22,6 @@ timed call is one whole bmm, so a small entry pays no Python per entry.
 from __future__ import annotations
 
 import ctypes
-import math
 import secrets
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ from tunehub.kernels.blis_gemm import (
     params_for,
 )
 from tunehub.kernels.build import BuiltLibrary, build_shared_library
-from tunehub.kernels.machine import repeat_off_cpu, watch
+from tunehub.kernels.machine import watch
 from tunehub.kernels.reference import check_gemm, sample_rows
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.timing import MIN_REPEATS, repeat_min_secs, warmup_secs
@@ -284,28 +283,4 @@ class BlisBmmTemplate(BlisGemmTemplate):
         except KernelError as exc:
             return self._failed(MeasureStatus.RUNTIME_ERROR, str(exc), compile_secs, environment)
         run_secs = time.perf_counter() - start
-        machine.update(repeat_off_cpu(bench.repeat_off_cpu))
-        environment.update(
-            machine=machine,
-            cache_policy="warm",
-            calls_per_repeat=bench.calls_per_repeat,
-            warmup_secs=bench.warmup_secs,
-            pinned_cpu=bench.pinned_cpu,
-        )
-        if not bench.repeat_secs or not all(0 < s < math.inf for s in bench.repeat_secs):
-            return MeasureResult(
-                MeasureStatus.RUNTIME_ERROR,
-                error=f"timing loop returned unusable times {bench.repeat_secs[:5]}",
-                compile_secs=compile_secs,
-                verify_secs=verify_secs,
-                run_secs=run_secs,
-                environment=environment,
-            )
-        return MeasureResult(
-            MeasureStatus.OK,
-            repeat_secs=bench.repeat_secs,
-            compile_secs=compile_secs,
-            verify_secs=verify_secs,
-            run_secs=run_secs,
-            environment=environment,
-        )
+        return self._timed(bench, machine, environment, compile_secs, verify_secs, run_secs)

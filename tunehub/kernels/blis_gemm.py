@@ -737,6 +737,19 @@ class BlisGemmTemplate(Template):
         except KernelError as exc:
             return self._failed(MeasureStatus.RUNTIME_ERROR, str(exc), compile_secs, environment)
         run_secs = time.perf_counter() - start
+        return self._timed(bench, machine, environment, compile_secs, verify_secs, run_secs)
+
+    @staticmethod
+    def _timed(
+        bench: BenchResult,
+        machine: dict[str, Any],
+        environment: dict[str, Any],
+        compile_secs: float,
+        verify_secs: float,
+        run_secs: float,
+    ) -> MeasureResult:
+        """The result of a timing loop: its times, or a runtime error for unusable ones, with
+        the machine's state and the loop's own figures in the environment."""
         machine.update(repeat_off_cpu(bench.repeat_off_cpu))
         environment.update(
             machine=machine,
