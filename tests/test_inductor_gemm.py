@@ -138,6 +138,8 @@ def test_tunehubs_own_kernels_are_offered_only_for_measured_wins_the_op_runs() -
     assert ig.kernel_config(choice(TILED), k=96) is None  # Inductor's template runs it
     assert ig.kernel_config(choice(split, library=True), k=96) is None
     assert ig.kernel_config(choice(split, "predicted"), k=96) is None
+    tma = {**TILED, "variant": "tma"}
+    assert ig.kernel_config(choice(tma), k=96) == tma  # host descriptors, traced as metadata
     assert ig.kernel_config(choice({**TILED, "variant": "ws"}), k=96) is None
     assert ig.kernel_config(None, k=96) is None
 

@@ -42,6 +42,8 @@ CONFIGS = {
     "splitk_atomic": {**BASE, "variant": "splitk_atomic", "SPLIT_K": 2},
     "persistent": {**BASE, "variant": "persistent", "SPLIT_K": 1},
     "tiled PAD_K": {**BASE, "variant": "tiled", "SPLIT_K": 1, "PAD_K": True},
+    "tma": {**BASE, "variant": "tma", "SPLIT_K": 1},
+    "tma composite": {**BASE, "variant": "tma", "SPLIT_K": 1, "BLOCK_N": 80, "BLOCK_K": 32},
 }
 EPILOGUES = {
     "none": lambda y, bias: y,
@@ -55,7 +57,9 @@ EPILOGUES = {
 def test_each_variant_matches_torch_on_fresh_inputs(name: str) -> None:
     config = CONFIGS[name]
     gen = torch.Generator().manual_seed(len(name))
-    for (m, n, k), epilogue in (((37, 45, 27), "bias_gelu"), ((64, 16, 50), "none")):
+    # TMA descriptors need 16-byte aligned rows: N and K multiples of 4 for float32.
+    shapes = ((37, 44, 28), (64, 16, 52)) if "tma" in name else ((37, 45, 27), (64, 16, 50))
+    for (m, n, k), epilogue in zip(shapes, ("bias_gelu", "none"), strict=True):
         a = torch.randn(m, k, generator=gen)
         weight = torch.randn(n, k, generator=gen)  # B column-major, as nn.Linear's
         bias = torch.randn(n, generator=gen) if epilogue != "none" else None
@@ -74,9 +78,9 @@ def test_each_variant_matches_torch_on_fresh_inputs(name: str) -> None:
 def test_the_op_is_registered_and_says_which_variants_it_runs() -> None:
     assert OP == "tunehub::triton_gemm"
     assert hasattr(torch.ops.tunehub, "triton_gemm")
-    assert set(VARIANTS) == {"tiled", "splitk", "splitk_atomic", "persistent"}
-    assert runs(CONFIGS["splitk_atomic"]) and not runs({**BASE, "variant": "ws"})
-    assert not runs({**BASE, "variant": "tma"})
+    assert set(VARIANTS) == {"tiled", "splitk", "splitk_atomic", "persistent", "tma"}
+    assert runs(CONFIGS["splitk_atomic"]) and runs(CONFIGS["tma"])
+    assert not runs({**BASE, "variant": "ws"})
     # One config, one spelling: the op's argument is canonical JSON.
     shuffled = dict(reversed(list(CONFIGS["tiled"].items())))
     assert config_json(shuffled) == config_json(CONFIGS["tiled"])
@@ -86,3 +90,7 @@ def test_a_config_the_kernels_cannot_take_is_refused_with_its_reason() -> None:
     a, b = torch.randn(8, 8), torch.randn(8, 8)
     with pytest.raises(ValueError, match="invalid config"):
         triton_gemm(a, b, None, "none", config_json({**BASE, "variant": "tiled", "SPLIT_K": 0}))
+    # A shape tma cannot describe (float32 rows of 7 elements, 28 bytes): why, not an assert.
+    a7, b7 = torch.randn(8, 7), torch.randn(7, 8)
+    with pytest.raises(ValueError, match=r"tma: .*16"):
+        triton_gemm(a7, b7, None, "none", config_json(CONFIGS["tma"]))

@@ -3,11 +3,19 @@
 ``triton_gemm(a, b, bias, epilogue, config)`` computes ``epilogue(a @ b + bias)`` for 2-D CUDA
 ``a`` (M x K) and ``b`` (K x N), each row- or column-major, with ``config`` (a ``triton.gemm``
 config as JSON) of the variants ``tiled`` (with split-K, composite tiles or ``PAD_K``),
-``splitk``, ``splitk_atomic`` and ``persistent``: kernels Inductor's own templates cannot
-express. Its body launches the kernels through
-``torch.library.wrap_triton``, so Inductor traces it and its generated code calls each kernel
-like one of its own: no custom-op dispatch or Python per call. Called outside a compile it
-runs the kernels (on CPU tensors under ``TRITON_INTERPRET=1``).
+``splitk``, ``splitk_atomic``, ``persistent`` and ``tma``: kernels Inductor's own templates
+cannot express. Its body launches the kernels through ``torch.library.wrap_triton``, so
+Inductor traces it and its generated code calls each kernel like one of its own: no custom-op
+dispatch or Python per call. Called outside a compile it runs the kernels (on CPU tensors
+under ``TRITON_INTERPRET=1``).
+
+``tma``'s kernel takes host TMA descriptors, which ``wrap_triton``'s tracing (the one a
+``triton_op`` body gets; torch 2.11 and 2.13) does not capture: it would hand Inductor the
+descriptor objects as constants. Dynamo's tracing of a user's kernel call does capture them,
+as the descriptor's base tensor plus its block shape ("stable" TMA metadata), from which
+Inductor's generated code remakes the descriptor per call. ``_launch`` gives the op's
+descriptors the same form: each becomes its base tensor (a view with the descriptor's shape
+and strides, ``triton_gemm_traced``) and a metadata entry in the kernel's higher-order op.
 
 The ``tunehub`` torch.compile backend puts it in a graph where tunehub measured such a kernel
 faster than the library and no gradient flows through the GEMM. Importing this module imports
@@ -27,10 +35,8 @@ from torch.library import triton_op, wrap_triton
 
 OP = "tunehub::triton_gemm"
 # Variants the op runs. Not ``ws``: it builds its descriptors in the kernel from scratch
-# memory a launch asks Triton's allocator for, which a traced graph cannot provide. Not
-# ``tma``: Inductor (torch 2.11) failed to trace its host descriptors (an H200 run:
-# benchmarks/results/inductor_route-*), so those winners compile as Inductor would.
-VARIANTS = ("tiled", "splitk", "splitk_atomic", "persistent")
+# memory a launch asks Triton's allocator for, which a traced graph cannot provide.
+VARIANTS = ("tiled", "splitk", "splitk_atomic", "persistent", "tma")
 
 
 def _interpreting() -> bool:
@@ -72,8 +78,59 @@ def triton_gemm(
         num_sms=num_sms,
     )
     for launch in launches:
-        wrap_triton(launch.kernel)[launch.grid](*launch.args, **launch.kwargs)
+        _launch(launch)
     return out
+
+
+def _launch(launch: Any) -> None:
+    """One of ``traced_launches``' launches through ``wrap_triton``; host TMA descriptors
+    among its arguments go into the traced kernel call as base tensor + block shape."""
+    from torch._higher_order_ops.triton_kernel_wrap import TraceableTritonKernelWrapper
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    kernel = wrap_triton(launch.kernel)  # traceable only while tracing, and not interpreted
+    values = (*launch.args, *launch.kwargs.values())
+    if isinstance(kernel, TraceableTritonKernelWrapper) and any(
+        isinstance(v, TensorDescriptor) for v in values
+    ):
+        _hopifier().call_triton_kernel(
+            kernel[launch.grid], list(launch.args), dict(launch.kwargs), None
+        )
+    else:  # run (or interpreted): the kernel takes the descriptors themselves
+        kernel[launch.grid](*launch.args, **launch.kwargs)
+
+
+@lru_cache(maxsize=1)
+def _hopifier() -> Any:
+    """``wrap_triton``'s tracer, except that the kernel call it records carries the host TMA
+    descriptors among the arguments as Dynamo's tracing records them (the class is made on
+    first use: it subclasses torch's private tracer, imported only when a graph needs it)."""
+    from torch._higher_order_ops.triton_kernel_wrap import (
+        TracingTritonHOPifier,
+        create_tma_stable_metadata,
+        triton_kernel_wrapper_mutation,
+    )
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    class DescriptorHOPifier(TracingTritonHOPifier):
+        def call_HOP(self, variable: Any, grids: Any, combined_args: Any, tx: Any) -> Any:
+            args, metadata = {}, {}
+            for name, value in combined_args.items():
+                if isinstance(value, TensorDescriptor):
+                    args[name] = value.base
+                    metadata[name] = create_tma_stable_metadata(list(value.block_shape))
+                else:
+                    args[name] = value
+            graphable, constant_args_idx = self.store_non_graphable_args(args)
+            return triton_kernel_wrapper_mutation(
+                kernel_idx=variable.kernel_idx,
+                constant_args_idx=constant_args_idx,
+                grid=grids,
+                tma_descriptor_metadata=metadata,
+                kwargs=graphable,
+            )
+
+    return DescriptorHOPifier()
 
 
 def config_json(config: dict[str, Any]) -> str:

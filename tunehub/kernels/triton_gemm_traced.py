@@ -28,6 +28,7 @@ from tunehub.kernels.triton_gemm_limits import (
     dtype_name,
     padded_k,
     splitk_workspace_elems,
+    workload_problem,
 )
 
 
@@ -62,6 +63,9 @@ def traced_launches(
         a, b, k = a_pad, b_pad, kp
         a_layout, sam, sak = _canonical(m, k, (a.stride(0), a.stride(1)), "a")
         b_layout, sbk, sbn = _canonical(k, n, (b.stride(0), b.stride(1)), "b")
+    problem_text = workload_problem(cfg["variant"], m, n, k, name, a_layout, b_layout)
+    if problem_text:
+        raise ValueError(f"config {cfg['variant']}: {problem_text}")
     workspace = counts = None
     if cfg["variant"] in ONE_KERNEL_SPLIT_VARIANTS:
         tiles = triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"])
