@@ -129,3 +129,59 @@ def test_another_keys_first_job_starts_within_one_slice(store: ScheduleStore) ->
     assert ran == a_jobs[:1], f"A's jobs that ran before B's: {ran}"
     # One slice, plus the slice check's period and the hand-back (generous on a busy VM).
     assert waited < slice_secs + 3.0, f"B's job waited {waited:.2f}s"
+
+
+def test_queued_owners_counts_each_keys_waiting_jobs(store: ScheduleStore) -> None:
+    target = local_cpu_target()
+    store.put_target(target)
+    a, b = make_key(store, "a"), make_key(store, "b")
+    for key, priority in ((a, 0), (a, 0), (b, 0), (None, 0), (b, -10)):
+        submit(store, target, key, priority=priority)
+    running = store.claim_job()  # a's first: running, no longer queued
+    assert running is not None and running.api_key_id == a
+    keys = [target.target_key]
+    assert store.queued_owners(target_keys=keys) == {a: 1, b: 2, None: 1}
+    assert store.queued_owners(target_keys=keys, min_priority=0) == {a: 1, b: 1, None: 1}
+    assert store.queued_owners(target_keys=["no such target"]) == {}
+
+
+def test_each_of_two_new_keys_first_job_starts_within_one_slice(store: ScheduleStore) -> None:
+    """Key A queues 10 long jobs, then keys B and C one each. With the whole slice per job,
+    C waited for A's slice and then B's; the slice is now divided between the keys waiting
+    (a third each here), so A's first job is handed back after a part of its slice, B's job
+    runs, and C's starts before the device has spent one slice on the others."""
+    target = local_cpu_target()
+    store.put_target(target)
+    history = replay_history(target)
+    a, b, c = make_key(store, "a"), make_key(store, "b"), make_key(store, "c")
+    a_jobs = [submit(store, target, a, trials=300) for _ in range(10)]
+    b_job = submit(store, target, b, trials=3)
+    c_job = submit(store, target, c, trials=3)
+    slice_secs = 3.0
+    runner = JobRunner(
+        store,
+        lambda: SlowReplay(history, target=target),
+        poll_secs=0.01,
+        slice_secs=slice_secs,
+        min_slice_secs=0.2,
+    )
+    runner.start()
+    try:
+        wait_for(lambda: store.get_job(c_job).state is not JobState.QUEUED, 30)
+        # The device time each job had before C's started (a job handed back keeps it).
+        before_c = {j: store.get_job(j).tuning_secs for j in [*a_jobs, b_job]}
+        wait_for(lambda: store.get_job(c_job).state.finished, 30)
+    finally:
+        runner.stop()
+        for job_id in a_jobs:
+            if not store.get_job(job_id).state.finished:
+                store.set_job_state(job_id, JobState.CANCELLED)
+    assert store.get_job(c_job).state is JobState.SUCCEEDED
+    ran = [j for j, secs in before_c.items() if secs > 0]
+    assert ran == [a_jobs[0], b_job], f"jobs that ran before C's: {ran}"
+    b_start, c_start = store.get_job(b_job).started_at, store.get_job(c_job).started_at
+    assert b_start is not None and c_start is not None and b_start < c_start
+    # A's first job was handed back after about a third of the slice, not the whole of it,
+    # and the device spent less than one slice on A's and B's jobs before C's started.
+    assert before_c[a_jobs[0]] < slice_secs / 2, before_c
+    assert sum(before_c.values()) < slice_secs, before_c

@@ -15,7 +15,9 @@ recedes, nothing once it ended ``window_secs`` ago (a linear decay over the wind
 With one owner queued this is the old order: priority, then age. With a time slice, a key
 with many jobs holds back another key's first job for one slice at most: the running job is
 handed back at the end of its slice (another job waits), its time is counted for its owner,
-and the other key, at share 0, is claimed next (see docs/how-it-works.md).
+and the other key, at share 0, is claimed next. While other keys wait, the runner divides
+the slice between the keys contending (``JobRunner._slice_over``), so several keys queueing at
+once each start within one slice (see docs/api.md).
 
 >>> from datetime import timedelta
 >>> now = utc_now()

@@ -265,6 +265,18 @@ class MemoryScheduleStore(ScheduleStore):
                 and (min_priority is None or job.priority >= min_priority)
             )
 
+    def queued_owners(
+        self, *, target_keys: Collection[str], min_priority: int | None = None
+    ) -> dict[int | None, int]:
+        owners: dict[int | None, int] = {}
+        with self._lock:
+            for job in self._select_jobs((JobState.QUEUED,)):
+                if job.spec.target_key in target_keys and (
+                    min_priority is None or job.priority >= min_priority
+                ):
+                    owners[job.api_key_id] = owners.get(job.api_key_id, 0) + 1
+        return owners
+
     def active_jobs(
         self, *, workload_keys: Collection[str], target_keys: Collection[str]
     ) -> list[Job]:

@@ -367,6 +367,22 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             return int(session.scalar(query) or 0)
 
+    def queued_owners(
+        self, *, target_keys: Collection[str], min_priority: int | None = None
+    ) -> dict[int | None, int]:
+        query = (
+            select(JobRow.api_key_id, func.count())
+            .where(
+                JobRow.state == JobState.QUEUED.value,
+                JobRow.target_key.in_(sorted(set(target_keys))),
+            )
+            .group_by(JobRow.api_key_id)
+        )
+        if min_priority is not None:
+            query = query.where(JobRow.priority >= min_priority)
+        with session_scope(self._read) as session:
+            return {key: int(n) for key, n in session.execute(query)}
+
     def active_jobs(
         self, *, workload_keys: Collection[str], target_keys: Collection[str]
     ) -> list[Job]:

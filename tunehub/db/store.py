@@ -281,6 +281,14 @@ class ScheduleStore(ABC):
         priority ``min_priority`` or higher (each when given)."""
 
     @abstractmethod
+    def queued_owners(
+        self, *, target_keys: Collection[str], min_priority: int | None = None
+    ) -> dict[int | None, int]:
+        """Queued jobs of ``target_keys`` (of priority ``min_priority`` or higher, when
+        given) per owner (API key id; None for the jobs of no key), in one query: the runner
+        shortens a running job's slice by the number of other owners waiting."""
+
+    @abstractmethod
     def active_jobs(
         self, *, workload_keys: Collection[str], target_keys: Collection[str]
     ) -> list[Job]:

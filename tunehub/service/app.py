@@ -200,6 +200,7 @@ def create_app(
             runner = JobRunner(
                 app.state.store,
                 slice_secs=settings.job_slice_secs,
+                min_slice_secs=settings.job_min_slice_secs,
                 build_dir=settings.build_dir,
                 min_free_bytes=settings.min_free_bytes,
                 health_secs=settings.health_check_secs,

@@ -5,9 +5,11 @@ with its target and a heartbeat, so ``GET /api/v1/targets`` shows it live and jo
 target are claimed by it. A job for a target with no live worker stays queued.
 
 Jobs share a device fairly: after its time slice a job whose target has other jobs waiting is
-handed back to the queue (behind them) and resumes later from its stored records; the next job
-claimed is that of the key with the least device time used recently (fair share between keys,
-``tunehub.core.fairshare``), then of the highest priority, then the longest waiting. The runner
+handed back to the queue (behind them) and resumes later from its stored records; with other
+keys waiting the slice is divided between the keys, so several keys queueing at once each start
+within one slice. The next job claimed is that of the key with the least device time used
+recently (fair share between keys, ``tunehub.core.fairshare``), then of the highest priority,
+then the longest waiting. The runner
 also watches its environment (the build dir can take files, the database takes writes); while
 either fails it is degraded, says why, and claims no new job.
 
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_SECS = 5.0
 FAIR_SHARE = FairShare()  # between keys, see tunehub.core.fairshare
 SLICE_CHECK_SECS = 1.0
+MIN_SLICE_SECS = 5.0
 
 
 @dataclass(eq=False)
@@ -147,6 +150,7 @@ class JobRunner:
         poll_secs: float = 0.5,
         heartbeat_secs: float = HEARTBEAT_SECS,
         slice_secs: float | None = None,
+        min_slice_secs: float = MIN_SLICE_SECS,
         build_dir: Path | None = None,
         min_free_bytes: int = 0,
         health_secs: float | None = None,
@@ -162,6 +166,8 @@ class JobRunner:
         self.poll_secs = poll_secs
         self.heartbeat_secs = heartbeat_secs
         self.slice_secs = slice_secs
+        # The shortest a slice gets when other keys wait (see _slice_over).
+        self.min_slice_secs = min_slice_secs
         self.build_dir = build_dir
         self.min_free_bytes = min_free_bytes
         self.health_secs = health_secs if health_secs is not None else heartbeat_secs
@@ -601,31 +607,42 @@ class JobRunner:
         log.info("job %d: %s after %d trials", job.id, result.stopped_by, result.trials_done)
 
     def _slice_over(self, job: Job, worker: DeviceWorker) -> Callable[[], bool]:
-        """Whether ``job`` has had its time slice and another job of its target waits."""
+        """Whether ``job`` has had its time slice and another job of its target waits.
+
+        The slice is shared by the owners contending for the device: with ``n`` other keys
+        waiting it is ``slice_secs / (n + 1)`` (never below ``min_slice_secs``), so that when
+        several keys queue at once behind a long job, the last of them still starts within
+        one slice of queueing (each one before it runs a part, not a whole slice). With only
+        its own key's jobs waiting, a job keeps the whole slice."""
         started = time.monotonic()
         keys = {worker.target.target_key}
-        asked = [float("-inf")]  # when the queue was last looked at (once a second at most)
+        asked = [float("-inf")]  # when the queue was last looked at
+        shortest = min(self.slice_secs or 0.0, self.min_slice_secs)
+        # Once a second at most, and often enough for a short slice to end on time.
+        every = min(SLICE_CHECK_SECS, max(0.02, shortest / 8))
 
         def check() -> bool:
             if not worker.available():  # every actor of the target is gone: wait for one
                 return True
             now = time.monotonic()
-            if self.slice_secs is None or now - started < self.slice_secs:
+            if self.slice_secs is None or now - started < shortest:
                 return False
-            if now - asked[0] < SLICE_CHECK_SECS:
+            if now - asked[0] < every:
                 return False
             asked[0] = now
             try:
                 # Only a job that would be claimed before this one takes its place: a job a
                 # lookup queued never pauses a person's.
-                waiting = self.store.count_jobs(
-                    states=(JobState.QUEUED,), target_keys=keys, min_priority=job.priority
-                )
-            except Exception:  # every second while the store is away: damped
+                owners = self.store.queued_owners(target_keys=keys, min_priority=job.priority)
+            except Exception:  # every check while the store is away: damped
                 self._damped["slice"].exception("job %d: could not look at the queue", job.id)
                 return False
             self._damped["slice"].clear("job %d: the queue can be looked at again", job.id)
-            return waiting > 0
+            if not owners:
+                return False
+            others = len(owners.keys() - {job.api_key_id})
+            share = max(self.slice_secs / (others + 1), shortest)
+            return now - started >= share
 
         return check
 

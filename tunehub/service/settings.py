@@ -182,6 +182,13 @@ class Settings(BaseSettings):
         description="A running job is handed back to the queue after this long when another "
         "job of its target waits, so jobs share a device fairly.",
     )
+    job_min_slice_secs: float = Field(
+        default=5.0,
+        gt=0,
+        description="While other keys' jobs wait, a running job's slice is job_slice_secs "
+        "divided by the number of keys contending for the device (so each key's first job "
+        "starts within one slice), but never shorter than this.",
+    )
     fair_share_window_secs: float = Field(
         default=DEFAULT_WINDOW_SECS,
         gt=0,
