@@ -6,7 +6,10 @@ OpenMP loop over the batch; each thread runs the serial loop nest with its own p
 buffers: no barriers, but idle threads when the batch is smaller than the team); ``inner``:
 the entries run one after the other, each split over the threads as ``PAR`` says (``ic`` or
 ``jc``). One thread has one spelling (``inner``). B is either one per entry (batch stride
-k*n) or shared by every entry (``b_broadcast``: stride 0), as ``torch.bmm`` of an expanded B.
+k*n) or shared by every entry (``b_broadcast``: stride 0), as ``torch.bmm`` of an expanded B;
+a shared B makes the batch one GEMM of batch*m rows (A and C entries lie back to back), so
+its blocks are packed once, not once per entry, and a small m still fills MC (the threads of
+``BPAR=batch`` split those rows).
 
 The batch loop and its timing are C (``blis_codegen.generate_source(..., bmm=BPAR)``): the
 timed call is one whole bmm, so a small entry pays no Python per entry.
@@ -166,7 +169,8 @@ class BlisBmmTemplate(BlisGemmTemplate):
 
     name = "blis.bmm"
     baseline_template = "torch.bmm"
-    version = 1
+    # 2: a broadcast B runs the batch as one GEMM of batch*m rows (B packed once).
+    version = 2
     device_kind = "cpu"
 
     def capabilities(self, target: Target) -> Capabilities:

@@ -817,6 +817,24 @@ int tunehub_bmm(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, int6
                 int64_t sa, const T *b, int64_t ldb, int64_t sb, T *c, int64_t ldc, int64_t sc)
 {
     int failed = 0;
+    if (sb == 0 && sa == m * lda && sc == m * ldc) {
+        /* One B for every entry, A's and C's entries back to back: the batch is one GEMM of
+           batch*m rows, whose blocks of B are packed once for every entry (not once per
+           entry) and whose MC blocks span entries (a small m fills them). */
+#if BPAR_BATCH
+        #pragma omp parallel num_threads(THREADS) reduction(|:failed)
+        {
+            int64_t lo, hi;
+            split_range(batch * m, omp_get_num_threads(), MR, omp_get_thread_num(), &lo, &hi);
+            if (lo < hi)
+                failed |= gemm_cols(hi - lo, 0, n, k, a + lo * lda, lda, b, ldb, c + lo * ldc,
+                                    ldc, 0) != 0;
+        }
+#else
+        failed = gemm_entry(batch * m, n, k, a, lda, b, ldb, c, ldc, 0) != 0;
+#endif
+        return failed ? -1 : 0;
+    }
 #if BPAR_BATCH
     #pragma omp parallel for num_threads(THREADS) schedule(static) reduction(|:failed)
     for (int64_t i = 0; i < batch; ++i)
