@@ -89,16 +89,32 @@ LONG_REASON = (
 )
 
 
+# Jobs of other operators among the 20: their own fields show beside the workload.
+BMM_JOB, GROUPED_JOB = 4, 5
+GROUP_SIZES = (37, 0, 412, 9, 1024, 77, 301, 5, 666, 130, 2, 845, 64, 19, 250, 88)
+
+
 def _workload(i: int, gpu: bool) -> Workload:
+    if i == BMM_JOB:
+        return Workload(op="bmm", m=512, n=512, k=128,
+                        params=(("batch", 32), ("b_broadcast", True)))  # fmt: skip
+    if i == GROUPED_JOB:
+        return Workload(op="grouped_mm", m=sum(GROUP_SIZES), n=14336, k=4096, dtype="float16",
+                        params=(("group_sizes", GROUP_SIZES),))  # fmt: skip
     if gpu:
         return Workload(m=16 + i, n=12288, k=49152, dtype="bfloat16", a_layout="col_major",
                         b_layout="col_major", epilogue="bias_gelu")  # fmt: skip
     return Workload(m=1000 + i, n=16384, k=16384, dtype="float64", epilogue="bias_relu")
 
 
+def _template(workload: Workload, gpu: bool) -> str:
+    name = {"matmul": "gemm", "grouped_mm": "grouped_mm"}.get(workload.op, workload.op)
+    return f"{'triton' if gpu else 'blis'}.{name}"
+
+
 def _record(job_id: int | None, workload: Workload, target: Target, secs: float) -> MeasureRecord:
     gpu = target.kind == "cuda"
-    template = "triton.gemm" if gpu else "blis.gemm"
+    template = _template(workload, gpu)
     request = MeasureRequest(
         workload, target, template, 1, Config(GPU_CONFIG if gpu else CPU_CONFIG)
     )
@@ -132,7 +148,7 @@ def seed_busy(url: str) -> None:
             spec = JobSpec(
                 workload,
                 target.target_key,
-                template="triton.gemm" if gpu else "blis.gemm",
+                template=_template(workload, gpu),
                 strategy="optuna.cmaes",
                 budget=Budget(max_trials=100_000, max_secs=21_600.0),
             )
@@ -352,6 +368,61 @@ def test_long_target_and_family_names_shorten_with_their_full_name_as_tooltip(
         finally:
             browser.close_tab(page)
         assert all(c["full"] > c["shown"] for c in cells), (path, cells)
+
+
+def test_jobs_and_schedules_show_each_operator_and_its_own_fields_and_filter_by_it(
+    busy_site: str, browser: Browser
+) -> None:
+    cells = (
+        "[...document.querySelectorAll('tbody td.operator')].map((td) => ({op: td.dataset.op,"
+        " name: td.querySelector('.op-name').textContent, fields: td.querySelector('.op-fields')"
+        "?.textContent ?? '', title: td.title}))"
+    )
+    page = browser.open(busy_site + "/", width=1280)
+    try:
+        shown = browser.wait_for(
+            page, f"(() => {{ const c = {cells}; return c.length ? c : null; }})()"
+        )
+    finally:
+        browser.close_tab(page)
+    assert len(shown) == JOBS
+    by_op = {c["op"]: c for c in shown}
+    assert set(by_op) == {"matmul", "bmm", "grouped_mm"}
+    assert by_op["bmm"]["name"] == "bmm" and by_op["bmm"]["fields"] == "batch=32 b_broadcast"
+    sizes = ",".join(map(str, GROUP_SIZES))
+    assert by_op["grouped_mm"]["fields"] == f"group_sizes={sizes}"
+    assert by_op["grouped_mm"]["title"] == f"grouped_mm: group_sizes={sizes}"
+    assert by_op["matmul"]["fields"] == "" and by_op["matmul"]["title"] == "matmul"
+
+    # The schedules page filters by operator, from its URL and from its form.
+    page = browser.open(busy_site + "/schedules?op=grouped_mm", width=1280)
+    try:
+        rows = browser.wait_for(
+            page,
+            "(() => { const r = [...document.querySelectorAll('#schedules-table tbody "
+            "tr[data-workload-key]')]; return r.length ? r.map((tr) => tr.dataset.op) : null; })()",
+        )
+        options = browser.evaluate(
+            page, "[...document.querySelectorAll('select[name=op] option')].map((o) => o.value)"
+        )
+        chosen = browser.evaluate(page, "document.querySelector('select[name=op]').value")
+        browser.evaluate(
+            page,
+            "(() => { const f = document.getElementById('schedules-filter');"
+            " f.elements.op.value = 'bmm'; f.requestSubmit(); })()",
+        )
+        after = browser.wait_for(
+            page,
+            "(() => { const r = [...document.querySelectorAll('#schedules-table tbody "
+            "tr[data-workload-key]')].map((tr) => tr.dataset.op);"
+            " return r.length && r.every((op) => op === 'bmm') ? [r, location.search] : null; })()",
+        )
+    finally:
+        browser.close_tab(page)
+    assert rows == ["grouped_mm"] and chosen == "grouped_mm"
+    assert {"", "matmul", "bmm", "grouped_mm", "attention"} <= set(options)
+    assert after == [["bmm"], "?op=bmm"]
+    assert browser.outside() == []
 
 
 # --- empty states that teach (before the tests below add jobs to the empty site) ----------

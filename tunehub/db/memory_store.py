@@ -602,6 +602,7 @@ class MemoryScheduleStore(ScheduleStore):
         target_key: str | None = None,
         template: str | None = None,
         dtype: str | None = None,
+        op: str | None = None,
         sort: str = "updated_at",
         descending: bool = True,
         limit: int = 50,
@@ -621,6 +622,7 @@ class MemoryScheduleStore(ScheduleStore):
                 if target_key in (None, t)
                 and template in (None, tpl)
                 and dtype in (None, self._workloads[w].dtype)
+                and op in (None, self._workloads[w].op)
             ]
 
         found.sort(

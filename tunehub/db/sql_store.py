@@ -820,6 +820,7 @@ class SqlScheduleStore(ScheduleStore):
         target_key: str | None = None,
         template: str | None = None,
         dtype: str | None = None,
+        op: str | None = None,
         sort: str = "updated_at",
         descending: bool = True,
         limit: int = 50,
@@ -833,7 +834,7 @@ class SqlScheduleStore(ScheduleStore):
         pk = (ScheduleRow.workload_key, ScheduleRow.target_key, ScheduleRow.template)
         best_secs = func.coalesce(ScheduleRow.confirmed_median_secs, ScheduleRow.median_secs)
         keys = select(*pk)
-        if dtype is not None or sort == "workload":
+        if dtype is not None or op is not None or sort == "workload":
             keys = keys.join(WorkloadRow, WorkloadRow.workload_key == ScheduleRow.workload_key)
         filters: list[ColumnElement[bool]] = []
         if target_key is not None:
@@ -842,6 +843,8 @@ class SqlScheduleStore(ScheduleStore):
             filters.append(ScheduleRow.template == template)
         if dtype is not None:
             filters.append(WorkloadRow.dtype == dtype)
+        if op is not None:
+            filters.append(WorkloadRow.op == op)
         columns: list[Any]
         if sort == "speedup":
             fastest = _fastest_baselines().subquery()
@@ -862,7 +865,7 @@ class SqlScheduleStore(ScheduleStore):
         order = [(c.desc() if descending else c.asc()).nulls_last() for c in columns]
         keys = keys.where(*filters).order_by(*order, *pk).limit(limit).offset(offset)
         count = select(func.count()).select_from(ScheduleRow)
-        if dtype is not None:
+        if dtype is not None or op is not None:
             count = count.join(WorkloadRow, WorkloadRow.workload_key == ScheduleRow.workload_key)
         count = count.where(*filters)
         with session_scope(self._read) as session:

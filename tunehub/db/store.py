@@ -476,12 +476,13 @@ class ScheduleStore(ABC):
         target_key: str | None = None,
         template: str | None = None,
         dtype: str | None = None,
+        op: str | None = None,
         sort: str = "updated_at",
         descending: bool = True,
         limit: int = 50,
         offset: int = 0,
     ) -> tuple[list[ScheduleListing], int]:
-        """One page of the stored schedules (filtered), sorted on a ``SCHEDULE_SORTS`` column
+        """One page of the stored schedules (filtered: ``op`` is the workload's operator), sorted on a ``SCHEDULE_SORTS`` column
         (ties by workload key, target key, template; schedules with no value for the column last),
         and how many match in all. The page is cut by the store, never by the caller."""
 

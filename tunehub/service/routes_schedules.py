@@ -87,6 +87,9 @@ def list_schedules(
     target: Annotated[QueryName, Query(description="Only this target key.")] = None,
     template: Annotated[QueryName, Query(description="Only this template.")] = None,
     dtype: Annotated[Dtype | None, Query(description="Only workloads of this dtype.")] = None,
+    op: Annotated[
+        QueryName, Query(description="Only workloads of this operator (`bmm`, `conv2d`, ...).")
+    ] = None,
     sort: Annotated[
         ScheduleSort,
         Query(description="Column to sort on; schedules with no value for it come last."),
@@ -102,6 +105,7 @@ def list_schedules(
         target_key=target,
         template=template,
         dtype=dtype,
+        op=op,
         sort=sort,
         descending=order == "desc",
         limit=limit,

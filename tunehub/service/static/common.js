@@ -220,6 +220,37 @@ export function fmtConfig(config) {
     .join(" ");
 }
 
+// The fields every workload has; the rest of a workload's members are its operator's own
+// (GET /api/v1/operators: bmm's batch, grouped_mm's group_sizes, conv2d's stride_h, ...).
+const COMMON_FIELDS = new Set(["op", "m", "n", "k", "dtype", "a_layout", "b_layout", "epilogue", "allow_tf32"]);
+
+/** A workload's operator's own fields as `batch=16 b_broadcast` (true flags by name, false
+ * ones left out, lists as 3,0,5), in the order the API gives them. */
+export function opFields(workload) {
+  if (!workload || typeof workload !== "object") return "";
+  return Object.entries(workload)
+    .filter(([name, value]) => !COMMON_FIELDS.has(name) && value !== false && value !== null && value !== undefined)
+    .map(([name, value]) => (value === true ? name : `${name}=${Array.isArray(value) ? value.join(",") : value}`))
+    .join(" ");
+}
+
+/** The workload cell: the operator's name, the rest of the workload's label (shape, dtype,
+ * ...; a link where `href` is given), and the operator's own fields under them. One cell, not
+ * a column more: every column of the tables stays on a 1280 px screen. */
+export function opCell(workload, label, href = null) {
+  const op = workload && typeof workload.op === "string" ? workload.op : "matmul";
+  const fields = opFields(workload);
+  const text = String(label ?? "").startsWith(`${op} `) ? String(label).slice(op.length + 1) : String(label ?? "\u2014");
+  return el(
+    "td",
+    { class: "workload operator", "data-op": op, title: fields ? `${op}: ${fields}` : op },
+    el("span", { class: "op-name" }, op),
+    " ",
+    href ? el("a", { href }, text) : text,
+    fields ? el("span", { class: "op-fields subtle" }, fields) : "",
+  );
+}
+
 export function truncate(text, max) {
   const s = String(text ?? "");
   return s.length > max ? `${s.slice(0, max - 1)}\u2026` : s;

@@ -12,6 +12,7 @@ import {
   isNum,
   mountKeyBox,
   onKeyChange,
+  opCell,
   orDash,
   poll,
   progressCell,
@@ -56,13 +57,13 @@ function jobRow(job) {
   const href = `/jobs/${encodeURIComponent(job.id)}`;
   return el(
     "tr",
-    { "data-job-id": job.id, "data-state": job.state },
+    { "data-job-id": job.id, "data-state": job.state, "data-op": job.workload?.op ?? "matmul" },
     el("td", { class: "num" }, el("a", { href }, `#${job.id}`)),
     el("td", {}, stateBadge(job.state)),
     el("td", {}, progressCell(job)),
     el("td", { class: "num best-gflops" }, bestGflops(job.best)),
     el("td", { class: `num ${speedupClass(job.best)}` }, speedupText(job.best)),
-    el("td", { class: "workload" }, el("a", { href }, orDash(job.workload_label))),
+    opCell(job.workload, job.workload_label, href),
     el("td", { class: "clip target", title: orDash(job.target_label) }, orDash(job.target_label)),
     el("td", {}, orDash(job.template)),
     el("td", {}, timeCell(job.created_at)),

@@ -1,14 +1,14 @@
 // The schedules page (/schedules): stored schedules, filtered, sorted and paged by the API.
 // The filters, sort and page live in the page's URL, so a view can be linked and reloaded.
 
-import { el, fetchJson, fill, fmtConfig, fmtGflops, fmtSecs, isNum, poll, showError, timeCell, IDLE_REFRESH_MS } from "./common.js";
+import { el, fetchJson, fill, fmtConfig, fmtGflops, fmtSecs, isNum, opCell, poll, showError, timeCell, IDLE_REFRESH_MS } from "./common.js";
 
 const PAGE_SIZE = 50;
 const MAX_PAGE_SIZE = 500;
 const SORTS = new Set(["updated_at", "confirmed_at", "speedup", "gflops", "median_secs", "workload", "template", "target"]);
 // Columns a user most likely wants largest (or newest) first when they first click them.
 const DESC_FIRST = new Set(["updated_at", "confirmed_at", "speedup", "gflops"]);
-const FILTERS = ["target", "template", "dtype"];
+const FILTERS = ["op", "target", "template", "dtype"];
 
 function params() {
   const q = new URLSearchParams(location.search);
@@ -43,8 +43,8 @@ function speedupCell(value) {
 function row(item) {
   return el(
     "tr",
-    { "data-workload-key": item.workload_key, "data-target-key": item.target_key, "data-template": item.template },
-    el("td", { class: "workload" }, item.workload_label),
+    { "data-workload-key": item.workload_key, "data-target-key": item.target_key, "data-template": item.template, "data-op": item.workload?.op ?? "matmul" },
+    opCell(item.workload, item.workload_label),
     el("td", { class: "clip target", title: `${item.target_label}\n${item.target_key}` }, item.target_label),
     el("td", {}, `${item.template} v${item.template_version}`),
     el("td", { class: "config clip", title: fmtConfig(item.config) }, fmtConfig(item.config)),
@@ -82,6 +82,27 @@ function showPager(page) {
 }
 
 let targetsLoaded = false;
+let operatorsLoaded = false;
+
+/** The operator filter's choices: the registered operators (GET /api/v1/operators). */
+async function loadOperators(current) {
+  const select = document.querySelector("#schedules-filter select[name=op]");
+  if (!operatorsLoaded) {
+    try {
+      const answer = await fetchJson("/operators");
+      const items = Array.isArray(answer) ? answer : answer.items ?? answer.operators ?? [];
+      const names = items.map((o) => (typeof o === "string" ? o : o.name)).filter(Boolean);
+      fill(select, el("option", { value: "" }, "any"), names.map((name) => el("option", { value: name }, name)));
+      operatorsLoaded = true;
+    } catch {
+      // the filter still works with the operator from the URL
+    }
+  }
+  if (current && ![...select.options].some((o) => o.value === current)) {
+    select.append(el("option", { value: current }, current));
+  }
+  select.value = current;
+}
 
 async function loadTargets(current) {
   if (targetsLoaded) return;
@@ -103,7 +124,7 @@ async function loadTargets(current) {
 async function load() {
   const p = params();
   const form = document.getElementById("schedules-filter");
-  await loadTargets(p.target);
+  await Promise.all([loadTargets(p.target), loadOperators(p.op)]);
   for (const name of FILTERS) form.elements[name].value = p[name];
   showSort(p);
   const table = document.querySelector("#schedules-table tbody");
