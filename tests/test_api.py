@@ -151,7 +151,7 @@ BAD_BODIES = [
     ({"workload": {**SHAPE, "m": "256"}}, ["body", "workload", "m"]),
     ({"workload": {**SHAPE, "m": 2.5}}, ["body", "workload", "m"]),
     ({"workload": {**SHAPE, "m": True}}, ["body", "workload", "m"]),
-    ({"workload": {**SHAPE, "op": "conv2d"}}, ["body", "workload", "op"]),
+    ({"workload": {**SHAPE, "op": "conv3d"}}, ["body", "workload", "op"]),
     ({"workload": {**SHAPE, "dtype": "int8"}}, ["body", "workload", "dtype"]),
     ({"workload": {**SHAPE, "epilogue": "gelu"}}, ["body", "workload", "epilogue"]),
     ({"workload": {**SHAPE, "m": 65536, "n": 65536, "k": 65536}}, ["body", "workload", "k"]),

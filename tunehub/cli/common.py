@@ -53,9 +53,9 @@ def data_home(settings: Any) -> Any:
 
 
 def make_workload(
-    m: int,
-    n: int,
-    k: int,
+    m: int | None,
+    n: int | None,
+    k: int | None,
     dtype: str,
     epilogue: str,
     a_layout: str = "row_major",
@@ -65,9 +65,13 @@ def make_workload(
     fields: Sequence[str] = (),
 ) -> Workload:
     """The workload the options describe; ``fields`` are the operator's own, as NAME=VALUE
-    (``batch=8``), each checked by the operator (a bad one names its option)."""
+    (``batch=8``), each checked by the operator (a bad one names its option). M, N and K
+    may be left out for an operator that derives them from its fields (conv2d)."""
     try:
         own = operator_fields(op, fields)
+        if m is None or n is None or k is None:
+            derived = Workload.from_dict({**own, "op": op, "m": m, "n": n, "k": k})
+            m, n, k = derived.m, derived.n, derived.k
         return Workload(
             op=op,
             m=m,
@@ -172,7 +176,8 @@ def workload_options(func: Any) -> Any:
             "--op",
             default="matmul",
             show_default=True,
-            help="Operator (matmul, bmm, ...); M N K are its GEMM view (per batch entry for bmm).",
+            help="Operator (matmul, bmm, conv2d, ...); M N K are its GEMM view (per batch entry "
+            "for bmm; conv2d derives them from its fields and takes none).",
         ),
         click.option(
             "--field",

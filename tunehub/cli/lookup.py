@@ -21,16 +21,16 @@ from tunehub.core import InvalidSpec
 
 
 @click.command(cls=NumbersCommand)
-@click.argument("m", type=int)
-@click.argument("n", type=int)
-@click.argument("k", type=int)
+@click.argument("m", type=int, required=False)
+@click.argument("n", type=int, required=False)
+@click.argument("k", type=int, required=False)
 @workload_options
 @click.option("--target", default="local-cpu", show_default=True)
 @click.option("--url", default=None, help="Ask this server (or $TUNEHUB_URL) instead of the DB.")
 def lookup(
-    m: int,
-    n: int,
-    k: int,
+    m: int | None,
+    n: int | None,
+    k: int | None,
     dtype: str,
     epilogue: str,
     a_layout: str,

@@ -28,9 +28,9 @@ def local_kind_target(kind: str) -> Target:
 
 
 @click.command(cls=NumbersCommand)
-@click.argument("m", type=int)
-@click.argument("n", type=int)
-@click.argument("k", type=int)
+@click.argument("m", type=int, required=False)
+@click.argument("n", type=int, required=False)
+@click.argument("k", type=int, required=False)
 @workload_options
 @click.option(
     "--device",
@@ -65,9 +65,9 @@ def local_kind_target(kind: str) -> Target:
     "seconds, and the last one. A terminal shows a live bar instead.",
 )
 def tune(
-    m: int,
-    n: int,
-    k: int,
+    m: int | None,
+    n: int | None,
+    k: int | None,
     dtype: str,
     epilogue: str,
     a_layout: str,

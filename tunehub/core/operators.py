@@ -19,7 +19,8 @@ tunehub.core.errors.InvalidSpec: batch: must be >= 1, got 0
 >>> get_operator("conv3d")
 Traceback (most recent call last):
 ...
-tunehub.core.registry.UnknownName: unknown op 'conv3d'; known: attention, bmm, grouped_mm, matmul
+tunehub.core.registry.UnknownName: unknown op 'conv3d'; known: attention, bmm, conv2d, \
+grouped_mm, matmul
 >>> get_operator("grouped_mm").field("group_sizes").parse("3,0,5")
 (3, 0, 5)
 """
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 PLUGINS_ENV = "TUNEHUB_OPERATOR_MODULES"
 
-ParamValue = int | bool | tuple[int, ...]
+ParamValue = int | bool | str | tuple[int, ...]
 Params = tuple[tuple[str, ParamValue], ...]
 
 ALL_EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu")
@@ -46,17 +47,19 @@ ALL_EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu")
 
 @dataclass(frozen=True)
 class Field:
-    """One of an operator's own shape fields: an integer in [lo, hi], a boolean, or a list of
-    ``min_len`` to ``max_len`` integers each in [lo, hi] (``ints``, kept as a tuple)."""
+    """One of an operator's own shape fields: an integer in [lo, hi], a boolean, a list of
+    ``min_len`` to ``max_len`` integers each in [lo, hi] (``ints``, kept as a tuple), or one
+    of the names in ``choices`` (``choice``)."""
 
     name: str
-    kind: str  # "int", "bool" or "ints"
+    kind: str  # "int", "bool", "ints" or "choice"
     default: ParamValue
     description: str
     lo: int = 1
     hi: int = 1 << 16
     min_len: int = 1
     max_len: int = 64
+    choices: tuple[str, ...] = ()
 
     def check(self, value: object) -> ParamValue:
         """``value`` if it is valid (no coercion: ``True`` is not an int, ``"4"`` not 4)."""
@@ -66,6 +69,12 @@ class Field:
             return value
         if self.kind == "ints":
             return self._check_ints(value)
+        if self.kind == "choice":
+            if not isinstance(value, str) or value not in self.choices:
+                raise InvalidSpec(
+                    self.name, f"must be one of {', '.join(self.choices)}, got {value!r}"
+                )
+            return value
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidSpec(self.name, f"must be an integer, got {value!r}")
         if value < self.lo:
@@ -101,6 +110,8 @@ class Field:
                     self.name, f"must be comma-separated integers, got {text!r}"
                 ) from None
             return self._check_ints(items)
+        if self.kind == "choice":
+            return self.check(text.strip())
         if self.kind == "bool":
             lowered = text.strip().lower()
             if lowered not in ("true", "false", "1", "0"):
@@ -113,7 +124,9 @@ class Field:
         return self.check(number)
 
     def to_dict(self) -> dict[str, object]:
-        kind = {"bool": "boolean", "int": "integer", "ints": "array"}[self.kind]
+        kind = {"bool": "boolean", "int": "integer", "ints": "array", "choice": "string"}[
+            self.kind
+        ]
         out: dict[str, object] = {
             "name": self.name,
             "type": kind,
@@ -122,6 +135,8 @@ class Field:
         }
         if self.kind == "int":
             out.update(minimum=self.lo, maximum=self.hi)
+        if self.kind == "choice":
+            out.update(enum=list(self.choices))
         if self.kind == "ints":
             out.update(
                 items={"type": "integer", "minimum": self.lo, "maximum": self.hi},
@@ -172,6 +187,14 @@ class Operator:
         return tuple(
             (f.name, f.check(given[f.name]) if f.name in given else f.default) for f in self.fields
         )
+
+    def derived_shape(self, params: Mapping[str, object]) -> tuple[int, int, int] | None:
+        """m, n, k as the operator's own fields give them, for an operator whose GEMM view
+        follows from its fields (conv2d); None where m, n, k are given (matmul, bmm). A
+        workload of such an operator may leave m, n, k out (``Workload.from_dict``, the API,
+        the CLI); given, they must be these. InvalidSpec naming a field when the fields do
+        not make a shape (a kernel larger than the padded image)."""
+        return None
 
     def multiplicity(self, workload: Workload) -> int:
         """How many m x n x k products the workload is (``batch`` for bmm)."""
@@ -366,6 +389,159 @@ class Attention(Operator):
                 raise InvalidSpec(name, "op attention reads Q, K and V contiguous (row_major) only")
 
 
+class Conv2d(Operator):
+    """2-D convolution, forward, as implicit GEMM: for every image and group, C[out_h·out_w,
+    out_channels/groups] = A[out_h·out_w, (in_channels/groups)·kernel_h·kernel_w] @ B, A the
+    input's patches (gathered, never stored), B the group's filters. m, n, k are that GEMM's
+    (per image and group: ``multiplicity`` is batch·groups) and follow from the fields, so a
+    workload may leave them out. ``data_layout`` (TVM's name; ``layout`` is a workload's
+    legacy field) is the memory layout of the input, the filters
+    and the output together, as PyTorch spells them: ``nchw`` (input N, C, H, W; filters O,
+    I/groups, KH, KW; output N, O, OH, OW) or ``nhwc`` (``channels_last``: input N, H, W, C;
+    filters O, KH, KW, I/groups; output N, OH, OW, O). Depthwise is groups = in_channels.
+
+    >>> op = get_operator("conv2d")
+    >>> op.derived_shape({"in_channels": 64, "out_channels": 128, "height": 56, "width": 56,
+    ...                   "kernel_h": 3, "kernel_w": 3, "stride_h": 2, "stride_w": 2,
+    ...                   "pad_h": 1, "pad_w": 1})
+    (784, 128, 576)
+    >>> op.derived_shape({"in_channels": 6, "out_channels": 4, "height": 8, "width": 8,
+    ...                   "kernel_h": 1, "kernel_w": 1, "groups": 4})
+    Traceback (most recent call last):
+    ...
+    tunehub.core.errors.InvalidSpec: groups: must divide in_channels (6) and out_channels (4), got 4
+    """
+
+    name = "conv2d"
+    default_templates = {"cpu": "blis.conv2d", "cuda": "triton.conv2d"}
+    description = (
+        "2-D convolution Y = conv2d(X, W) with stride, padding, dilation and groups (depthwise "
+        "too), NCHW or NHWC, as implicit GEMM per image and group: m = out_h*out_w, n = "
+        "out_channels/groups, k = in_channels/groups*kernel_h*kernel_w (derived from the fields)"
+    )
+    gemm = (
+        "per image and group: C[m = out_h*out_w, n = out_channels/groups] = "
+        "patches[m, k = in_channels/groups*kernel_h*kernel_w] @ filters[k, n]"
+    )
+    REQUIRED = ("in_channels", "out_channels", "height", "width", "kernel_h", "kernel_w")
+    LAYOUTS = ("nchw", "nhwc")
+    DTYPES = ("float16", "bfloat16", "float32", "float64")
+    fields = (
+        Field("batch", "int", 1, "Images (N).", hi=65535),
+        Field("in_channels", "int", 0, "Input channels (C); required.", lo=1),
+        Field("out_channels", "int", 0, "Output channels (O, filters); required.", lo=1),
+        Field("height", "int", 0, "Input height (H); required.", lo=1),
+        Field("width", "int", 0, "Input width (W); required.", lo=1),
+        Field("kernel_h", "int", 0, "Filter height (KH); required.", lo=1, hi=64),
+        Field("kernel_w", "int", 0, "Filter width (KW); required.", lo=1, hi=64),
+        Field("stride_h", "int", 1, "Vertical stride.", hi=64),
+        Field("stride_w", "int", 1, "Horizontal stride.", hi=64),
+        Field("pad_h", "int", 0, "Zero padding above and below.", lo=0, hi=64),
+        Field("pad_w", "int", 0, "Zero padding left and right.", lo=0, hi=64),
+        Field("dilation_h", "int", 1, "Vertical dilation (1: dense filter).", hi=64),
+        Field("dilation_w", "int", 1, "Horizontal dilation.", hi=64),
+        Field("groups", "int", 1, "Groups: must divide both channel counts (depthwise: "
+              "groups = in_channels).", lo=1),
+        Field("data_layout", "choice", "nchw", "Memory layout of input, filters and output: nchw "
+              "(PyTorch's default) or nhwc (channels_last).", choices=LAYOUTS),
+    )  # fmt: skip
+    epilogues = ("none",)
+
+    def derived_shape(self, params: Mapping[str, object]) -> tuple[int, int, int]:
+        p = dict(self.params(params))
+        for name in self.REQUIRED:
+            if p[name] == 0:
+                raise InvalidSpec(name, "is required (a positive integer)")
+        ic, oc, groups = int(p["in_channels"]), int(p["out_channels"]), int(p["groups"])
+        if ic % groups or oc % groups:
+            raise InvalidSpec(
+                "groups", f"must divide in_channels ({ic}) and out_channels ({oc}), got {groups}"
+            )
+        out: list[int] = []
+        for axis, size in (("h", "height"), ("w", "width")):
+            extent = int(p[f"dilation_{axis}"]) * (int(p[f"kernel_{axis}"]) - 1) + 1
+            padded = int(p[size]) + 2 * int(p[f"pad_{axis}"])
+            if extent > padded:
+                raise InvalidSpec(
+                    f"kernel_{axis}",
+                    f"the (dilated) filter spans {extent} rows/columns, more than the padded "
+                    f"{size} {padded}",
+                )
+            out.append((padded - extent) // int(p[f"stride_{axis}"]) + 1)
+        m = out[0] * out[1]
+        if m > _MAX_GEMM_DIM:
+            raise InvalidSpec(
+                "height", f"the output image has {out[0]}x{out[1]} = {m} pixels, more than "
+                f"{_MAX_GEMM_DIM} (the GEMM view's m)",
+            )
+        k = ic // groups * int(p["kernel_h"]) * int(p["kernel_w"])
+        if k > _MAX_GEMM_DIM:
+            raise InvalidSpec(
+                "in_channels", f"in_channels/groups x kernel_h x kernel_w = {k} is more than "
+                f"{_MAX_GEMM_DIM} (the GEMM view's k)",
+            )
+        return m, oc // groups, k
+
+    @staticmethod
+    def output_hw(workload: Workload) -> tuple[int, int]:
+        """The output's height and width."""
+        p = dict(workload.params)
+        sizes = []
+        for axis, size in (("h", "height"), ("w", "width")):
+            extent = int(p[f"dilation_{axis}"]) * (int(p[f"kernel_{axis}"]) - 1) + 1
+            padded = int(p[size]) + 2 * int(p[f"pad_{axis}"])
+            sizes.append((padded - extent) // int(p[f"stride_{axis}"]) + 1)
+        return sizes[0], sizes[1]
+
+    def multiplicity(self, workload: Workload) -> int:
+        return int(workload.param("batch")) * int(workload.param("groups"))
+
+    def operand_bytes(self, workload: Workload, elem: int, out_elem: int) -> int:
+        p = dict(workload.params)
+        batch, ic, oc = int(p["batch"]), int(p["in_channels"]), int(p["out_channels"])
+        image = batch * ic * int(p["height"]) * int(p["width"])
+        filters = oc * workload.k
+        return (image + filters) * elem + batch * oc * workload.m * out_elem
+
+    def shape_text(self, workload: Workload) -> str:
+        p = dict(workload.params)
+        text = (
+            f"{p['batch']}x{p['in_channels']}x{p['height']}x{p['width']} -> {p['out_channels']} "
+            f"k{p['kernel_h']}x{p['kernel_w']}"
+        )
+        for label, name in (("s", "stride"), ("p", "pad"), ("d", "dilation")):
+            h, w = p[f"{name}_h"], p[f"{name}_w"]
+            if (h, w) != (0 if name == "pad" else 1,) * 2:
+                text += f" {label}{h}" if h == w else f" {label}{h}x{w}"
+        if p["groups"] != 1:
+            text += f" g{p['groups']}"
+        return f"{text} {p['data_layout']}"
+
+    def check(self, workload: Workload) -> None:
+        super().check(workload)
+        m, n, k = self.derived_shape(dict(workload.params))
+        for name, want in (("m", m), ("n", n), ("k", k)):
+            got = getattr(workload, name)
+            if got != want:
+                raise InvalidSpec(
+                    name,
+                    f"op conv2d derives {name} = {want} from its fields ({self.gemm}), got "
+                    f"{got}; leave m, n and k out",
+                )
+        if workload.dtype not in self.DTYPES:
+            raise InvalidSpec("dtype", f"op conv2d takes {', '.join(self.DTYPES)}, not "
+                              f"{workload.dtype}")  # fmt: skip
+        for name in ("a_layout", "b_layout"):
+            if getattr(workload, name) != "row_major":
+                raise InvalidSpec(
+                    name, "op conv2d takes its memory layout from its field data_layout"
+                )
+
+
+# The GEMM view's largest dimension (``tunehub.core.workload.MAX_DIM``, which imports this).
+_MAX_GEMM_DIM = 1 << 16
+
+
 def _as_operator(loaded: object) -> Operator:
     item = loaded() if isinstance(loaded, type) else loaded
     if not isinstance(item, Operator):
@@ -396,3 +572,4 @@ register_operator(Matmul())
 register_operator(Bmm())
 register_operator(Attention())
 register_operator(GroupedMm())
+register_operator(Conv2d())

@@ -17,7 +17,7 @@ from tunehub.core.operators import Operator, Params, get_operator, operator_name
 from tunehub.core.registry import UnknownName
 
 # The built-in operators (more may be registered: ``tunehub.core.operators``).
-OPS = ("matmul", "bmm", "grouped_mm")
+OPS = ("matmul", "bmm", "grouped_mm", "attention", "conv2d")
 # The fields every operator has; an operator's own fields are its ``params``.
 COMMON_FIELDS = ("op", "m", "n", "k", "dtype", "a_layout", "b_layout", "epilogue", "allow_tf32")
 DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3")
@@ -34,6 +34,18 @@ DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "float8_
 OUTPUT_DTYPE = {"float8_e4m3": "float16"}
 # Largest A + B + C accepted: a worker holds them, a NaN-poisoned C and a float64 reference.
 MAX_OPERAND_BYTES = 4 << 30
+
+
+def _derived_shape(op: object, own: Mapping[str, object]) -> tuple[int, int, int] | None:
+    """m, n, k from the operator's own fields, if it derives them (None for an unknown op:
+    the Workload names it)."""
+    if not isinstance(op, str):
+        return None
+    try:
+        operator = get_operator(op)
+    except UnknownName:
+        return None
+    return operator.derived_shape(own)
 
 
 @dataclass(frozen=True)
@@ -171,23 +183,30 @@ class Workload:
     def from_dict(cls, data: dict[str, Any]) -> Workload:
         """The inverse of ``to_dict``; also reads the first format's single ``layout`` field.
         Names beyond the common fields are the operator's own (InvalidSpec naming one it
-        does not have)."""
+        does not have). m, n and k may be left out (or None) for an operator that derives
+        them from its own fields (conv2d: ``Operator.derived_shape``)."""
         legacy = data.get("layout")
         if legacy not in (None, "row_major"):
             raise InvalidSpec("layout", f"unknown layout {legacy!r}")
-        for name in ("m", "n", "k"):
-            if name not in data:
-                raise InvalidSpec(name, "is required")
         own = {
             name: value
             for name, value in data.items()
             if name not in COMMON_FIELDS and name != "layout"
         }
+        op = data.get("op", "matmul")
+        shape = {name: data.get(name) for name in ("m", "n", "k")}
+        if any(value is None for value in shape.values()):
+            derived = _derived_shape(op, own)
+            for name, value in zip(("m", "n", "k"), derived or (None,) * 3, strict=True):
+                if shape[name] is None:
+                    if value is None:
+                        raise InvalidSpec(name, "is required")
+                    shape[name] = value
         return cls(
-            op=data.get("op", "matmul"),
-            m=data["m"],
-            n=data["n"],
-            k=data["k"],
+            op=op,
+            m=shape["m"],
+            n=shape["n"],
+            k=shape["k"],
             dtype=data.get("dtype", "float32"),
             a_layout=data.get("a_layout", "row_major"),
             b_layout=data.get("b_layout", "row_major"),

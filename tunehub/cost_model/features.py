@@ -516,6 +516,73 @@ def _triton_grouped(
     return out
 
 
+# --- blis.conv2d and triton.conv2d -------------------------------------------------------------
+# The GEMM the kernel's loop nest runs (as tunehub.kernels.blis_conv.gemm_view has it; copied so
+# this module reads no kernel code): nhwc one per group over the batch (M = N·OH·OW rows, capped
+# at 65536), nchw one per image and group transposed (M = O/groups, N = OH·OW); blis.gemm's or
+# triton.gemm's columns of it, and the convolution's own: batch, groups, depthwise, the filter's
+# taps, stride and dilation, the layout, whether it is a plain (pointwise) GEMM, and for the CPU
+# how evenly the units fill the threads. Shapes of conv2d share one model per template.
+CONV_OWN_NAMES = (
+    "log2_batch", "log2_groups", "depthwise", "taps", "stride", "dilated", "nhwc", "pointwise",
+    "log2_channels_per_group",
+)  # fmt: skip
+BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill")
+TRITON_CONV_NAMES = (*TRITON_NAMES, *CONV_OWN_NAMES)
+
+
+def _conv_view(workload: Workload, *, cpu: bool) -> Workload:
+    batch = int(workload.param("batch"))
+    if workload.param("data_layout") == "nhwc" or not cpu:
+        m, n = min(1 << 16, batch * workload.m), workload.n
+    else:
+        m, n = workload.n, workload.m
+    return Workload(m=m, n=n, k=workload.k, dtype=workload.dtype)
+
+
+def _conv_own(workload: Workload) -> dict[str, Column]:
+    p = dict(workload.params)
+    groups = int(p["groups"])
+    values = {
+        "log2_batch": math.log2(int(p["batch"])),
+        "log2_groups": math.log2(groups),
+        "depthwise": float(groups > 1 and workload.n == 1),
+        "taps": float(int(p["kernel_h"]) * int(p["kernel_w"])),
+        "stride": float(max(int(p["stride_h"]), int(p["stride_w"]))),
+        "dilated": float(max(int(p["dilation_h"]), int(p["dilation_w"])) > 1),
+        "nhwc": float(p["data_layout"] == "nhwc"),
+        "pointwise": float(
+            int(p["kernel_h"]) * int(p["kernel_w"]) == 1
+            and int(p["stride_h"]) * int(p["stride_w"]) == 1
+            and int(p["pad_h"]) + int(p["pad_w"]) == 0
+        ),
+        "log2_channels_per_group": math.log2(int(p["in_channels"]) // groups),
+    }
+    return {name: np.asarray(value, dtype=np.float64) for name, value in values.items()}
+
+
+def _blis_conv(workload: Workload, target: Target, configs: Sequence[Config]) -> dict[str, Column]:
+    out = _blis(_conv_view(workload, cpu=True), target, configs)
+    out.update(_conv_own(workload))
+    # Units: one per GEMM (group; and image for nchw), split into row ranges until every
+    # thread has one.
+    batch, groups = int(workload.param("batch")), int(workload.param("groups"))
+    problems = float(groups if workload.param("data_layout") == "nhwc" else batch * groups)
+    threads = np.maximum(_knob(configs, "threads", 1), 1.0)
+    units = problems * np.where(problems < threads, _ceil_div(threads, problems), 1.0)
+    out["unit_fill"] = units / (_ceil_div(units, threads) * threads)
+    return out
+
+
+def _triton_conv(
+    workload: Workload, target: Target, configs: Sequence[Config]
+) -> dict[str, Column]:
+    out = _triton(_conv_view(workload, cpu=False), target, configs)
+    _rewave(out, out["tiles"] * float(workload.param("groups")))
+    out.update(_conv_own(workload))
+    return out
+
+
 # --- generic -------------------------------------------------------------------------------
 def generic_feature_set(template: str, knob_names: Sequence[str]) -> FeatureSet:
     """Features for a template with no set of its own: the workload, then each knob's value
@@ -569,6 +636,8 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     "triton.grouped_mm": FeatureSet(
         "triton.grouped_mm", 1, TRITON_GROUPED_NAMES, _triton_grouped, consensus=1
     ),
+    "blis.conv2d": FeatureSet("blis.conv2d", 1, BLIS_CONV_NAMES, _blis_conv, consensus=20),
+    "triton.conv2d": FeatureSet("triton.conv2d", 1, TRITON_CONV_NAMES, _triton_conv, consensus=1),
 }
 
 

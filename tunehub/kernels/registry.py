@@ -16,10 +16,12 @@ from __future__ import annotations
 from tunehub.core.registry import Registry, UnknownName
 from tunehub.kernels.base import Template
 from tunehub.kernels.blis_bmm import BlisBmmTemplate
+from tunehub.kernels.blis_conv import BlisConv2dTemplate
 from tunehub.kernels.blis_gemm import BlisGemmTemplate
 from tunehub.kernels.numpy_gemm import NumpyGemmBaseline
 from tunehub.kernels.torch_attention import TorchSdpaBaseline
 from tunehub.kernels.torch_bmm import TorchBmmBaseline
+from tunehub.kernels.torch_conv import TorchConv2dBaseline, TorchConv2dGpuBaseline
 from tunehub.kernels.torch_gemm import TorchMatmulBaseline
 from tunehub.kernels.triton_attention import TritonAttentionTemplate
 from tunehub.kernels.triton_bmm import (
@@ -28,6 +30,7 @@ from tunehub.kernels.triton_bmm import (
     TritonBmmTemplate,
     TritonGroupedMmTemplate,
 )
+from tunehub.kernels.triton_conv import TritonConv2dTemplate
 from tunehub.kernels.triton_gemm import TritonGemmTemplate
 
 PLUGINS_ENV = "TUNEHUB_TEMPLATE_MODULES"
@@ -81,3 +84,7 @@ register(TritonGroupedMmTemplate())
 register(TorchGroupedMmBaseline())
 register(TritonAttentionTemplate())
 register(TorchSdpaBaseline())
+register(BlisConv2dTemplate())
+register(TorchConv2dBaseline())
+register(TritonConv2dTemplate())
+register(TorchConv2dGpuBaseline())

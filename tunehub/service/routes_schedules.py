@@ -146,9 +146,9 @@ def list_schedules(
 )
 def best_schedule(
     request: Request,
-    m: QueryDim,
-    n: QueryDim,
-    k: QueryDim,
+    m: QueryDim | None = None,
+    n: QueryDim | None = None,
+    k: QueryDim | None = None,
     op: Annotated[
         str,
         Query(
@@ -214,8 +214,15 @@ def best_schedule(
     # Taken before the database is read: an answer computed across a change is not cached.
     generation = state.lookup_cache.generation
     try:
+        params = operator_params(op, request)
+        if m is None or n is None or k is None:
+            # Left out: the operator derives them (conv2d), or the Workload says which is
+            # required.
+            data: dict[str, object] = {**params, "op": op, "m": m, "n": n, "k": k}
+            derived = Workload.from_dict(data)
+            m, n, k = derived.m, derived.n, derived.k
         workload = Workload(
-            params=tuple(operator_params(op, request).items()),
+            params=tuple(params.items()),
             op=op,
             m=m,
             n=n,

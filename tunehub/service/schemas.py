@@ -54,9 +54,15 @@ class WorkloadSpec(_Strict):
         pattern=NAME_PATTERN,
         description="Operator: `matmul` or `bmm` (the registered ones: `GET /api/v1/operators`).",
     )
-    m: Dim = Field(description="Rows of A and C (per batch entry for `bmm`).")
-    n: Dim = Field(description="Columns of B and C.")
-    k: Dim = Field(description="Columns of A, rows of B.")
+    # Required, except for an operator that derives them from its own fields (conv2d):
+    # Workload.from_dict says which is missing.
+    m: Dim | None = Field(
+        default=None,
+        description="Rows of A and C (per batch entry for `bmm`); `conv2d` derives m, n and k "
+        "from its own fields.",
+    )
+    n: Dim | None = Field(default=None, description="Columns of B and C.")
+    k: Dim | None = Field(default=None, description="Columns of A, rows of B.")
     dtype: Dtype = Field(
         default="float32",
         description="Element type of A and B (and of C, except float8_e4m3, whose C is float16).",

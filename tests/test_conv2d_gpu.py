@@ -1,0 +1,112 @@
+"""triton.conv2d under the Triton interpreter (no GPU here): the implicit-GEMM kernel against
+the float64 reference on small shapes (padding, stride, dilation, groups, depthwise, both
+layouts), its space, and its measurement and cuDNN baseline's through the template path."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import torch
+import triton
+from triton.runtime.interpreter import InterpretedFunction
+
+from tunehub.core import MeasureRequest, MeasureStatus, Target, Workload
+from tunehub.cost_model.features import feature_set
+from tunehub.kernels import triton_conv_kernels as ck
+from tunehub.kernels.base import TimingPolicy
+from tunehub.kernels.registry import get_template
+
+triton.knobs.runtime.interpret = True
+if not isinstance(ck._conv2d_kernel, InterpretedFunction):
+    ck = importlib.reload(ck)  # imported earlier in this process without the interpreter
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Conversion of an array with ndim:DeprecationWarning"
+)
+
+H100 = Target(
+    kind="cuda",
+    name="H100",
+    arch=("sm_90",),
+    cores=132,
+    vendor="nvidia",
+    properties={"compute_capability": 90, "smem_per_block_bytes": 232448, "regs_per_sm": 65536},
+)
+SMALL = {"op": "conv2d", "in_channels": 4, "out_channels": 6, "height": 7, "width": 6,
+         "kernel_h": 3, "kernel_w": 3}  # fmt: skip
+TILE = {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 2, "num_stages": 1}
+
+
+def conv(**changes: Any) -> Workload:
+    return Workload.from_dict({**SMALL, **changes})
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"pad_h": 1, "pad_w": 1, "batch": 2},
+        {"stride_h": 2, "stride_w": 3, "pad_h": 2, "dilation_w": 2, "kernel_w": 2},
+        {"groups": 2, "in_channels": 6, "out_channels": 4, "pad_w": 1},
+        {"groups": 4, "out_channels": 4, "pad_h": 1, "pad_w": 1},  # depthwise
+        {"in_channels": 20, "out_channels": 18, "kernel_h": 1, "kernel_w": 1},  # K over tiles
+    ],
+)
+def test_the_triton_kernel_matches_the_float64_reference(
+    layout: str, changes: dict[str, Any]
+) -> None:
+    w = conv(data_layout=layout, dtype="float32", **changes)
+    ops = ck.operands(w, torch.device("cpu"), seed=3)
+    ck.bind(ops, TILE)()
+    check = ck.check(ops.out, ck.reference(ops), "float32")
+    assert check.ok, check.message
+    assert ops.out.is_contiguous(
+        memory_format=torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    )
+
+
+def test_the_check_catches_an_unwritten_output() -> None:
+    ops = ck.operands(conv(pad_h=1), torch.device("cpu"), seed=1)
+    check = ck.check(ops.out, ck.reference(ops), "float32")
+    assert not check.ok and "not finite" in check.message
+    ops.out.zero_()
+    assert not ck.check(ops.out, ck.reference(ops), "float32").ok
+
+
+def test_the_space_fits_the_gemm_view_and_the_device() -> None:
+    t = get_template("triton.conv2d")
+    depthwise = conv(groups=4, out_channels=4, dtype="float16")  # n = 1, k = 9
+    space = t.space(depthwise, H100)
+    assert {int(c["BLOCK_N"]) for c in space.points} == {16}
+    assert {int(c["BLOCK_K"]) for c in space.points} == {16}
+    big = conv(in_channels=256, out_channels=256, height=56, width=56, batch=8, dtype="float16")
+    points = t.space(big, H100).points
+    assert max(int(c["BLOCK_N"]) for c in points) == 256
+    assert all(int(c["BLOCK_M"]) * int(c["BLOCK_N"]) / (32 * int(c["num_warps"])) <= 256
+               for c in points)  # fmt: skip
+    assert t.default_config(big, H100) in points
+    assert t.baseline_template == "torch.conv2d_gpu"
+    x = feature_set("triton.conv2d").matrix(big, H100, points[:3])
+    assert x.shape[0] == 3
+
+
+@pytest.mark.parametrize("name", ["triton.conv2d", "torch.conv2d_gpu"])
+def test_triton_conv2d_and_cudnn_measure_checked_times(name: str, tmp_path: Path) -> None:
+    w = conv(pad_h=1, pad_w=1, data_layout="nhwc", dtype="float32")
+    t = get_template(name)
+    config = TILE if name == "triton.conv2d" else {"benchmark": False}
+    from tunehub.core import Config
+
+    request = MeasureRequest(w, H100, name, t.version, Config(config))
+    result = t.measure(
+        request, build_dir=tmp_path, timing=TimingPolicy(min_secs=0.001, max_repeats=2)
+    )
+    assert result.status is MeasureStatus.OK, result.error
+    assert result.environment["relative_error"] <= result.environment["tolerance"]

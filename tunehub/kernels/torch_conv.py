@@ -1,0 +1,255 @@
+"""``torch.conv2d`` and ``torch.conv2d_gpu``: conv2d's Baseline templates, PyTorch's
+``torch.nn.functional.conv2d`` (oneDNN on CPUs where the build has it, cuDNN on GPUs), timed like
+a tuned kernel.
+
+What a PyTorch user writes: ``F.conv2d(x, w, stride=..., padding=..., dilation=...,
+groups=...)`` on tensors in the workload's memory layout (``channels_last`` for nhwc).
+conv2d has no ``out=``: the check copies the first result into the NaN-poisoned output; the
+timed calls are conv2d's alone (its output allocation included, as the user pays it). CPU:
+one knob, ``threads`` (one or every core, as the tuned template offers), checked against the
+float64 reference of ``conv2d_reference``. GPU: ``benchmark`` (cuDNN's algorithm search on or
+off), checked against the float64 conv on the device. Imports torch only to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tunehub.core import (
+    Capabilities,
+    Config,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Target,
+    Workload,
+)
+from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.conv2d_reference import (
+    check_conv,
+    conv_dims,
+    conv_operands,
+    conv_output,
+    is_nhwc,
+)
+from tunehub.kernels.environment import measurement_environment
+from tunehub.kernels.machine import watch
+from tunehub.kernels.space import Knob, SearchSpace
+from tunehub.kernels.timing import pinned_to_current_cpu, time_calls
+from tunehub.kernels.torch_bmm import torch_description
+
+
+def conv_kwargs(workload: Workload) -> dict[str, Any]:
+    """``torch.nn.functional.conv2d``'s keyword arguments for the workload."""
+    d = conv_dims(workload)
+    return {
+        "stride": (d["stride_h"], d["stride_w"]),
+        "padding": (d["pad_h"], d["pad_w"]),
+        "dilation": (d["dilation_h"], d["dilation_w"]),
+        "groups": d["groups"],
+    }
+
+
+class TorchConv2dBaseline(Template):
+    """PyTorch's CPU conv2d; see the module docstring."""
+
+    name = "torch.conv2d"
+    version = 1
+    baseline = True
+    device_kind = "cpu"
+
+    def capabilities(self, target: Target) -> Capabilities:
+        return Capabilities(
+            kinds=("cpu",), ops=("conv2d",), dtypes=("float32", "float64"), epilogues=("none",)
+        )
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        return SearchSpace(knobs=(Knob("threads", tuple(range(1, max(1, target.cores) + 1))),))
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        return Config({"threads": 1})
+
+    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
+        return [Config({"threads": n}) for n in sorted({1, max(1, target.cores)})]
+
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        """Nothing to compile: the library is PyTorch's. Checks the request only."""
+        problem = self.request_problem(request) or self.capabilities(request.target).problem(
+            self.name, request.workload, request.target
+        )
+        if problem:
+            raise BuildFailed(MeasureStatus.INVALID, str(problem))
+        return Artifact(template=self.name, key="torch")
+
+    def run(
+        self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
+    ) -> MeasureResult:
+        import torch
+
+        workload = request.workload
+        environment = measurement_environment()
+        environment.update(torch_description())
+        threads = int(request.config["threads"])
+        seed = secrets.randbits(63)
+        rng = np.random.default_rng(seed)
+        x_np, w_np = conv_operands(workload, rng)
+        y_np = conv_output(workload)
+        x, w, y = (torch.from_numpy(a) for a in (x_np, w_np, y_np))
+        if is_nhwc(workload):  # the stored (N, H, W, C) arrays as channels_last NCHW tensors
+            x, w, y = (t.permute(0, 3, 1, 2) for t in (x, w, y))
+        kwargs = conv_kwargs(workload)
+        saved = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+
+            def call() -> Any:
+                return torch.nn.functional.conv2d(x, w, **kwargs)
+
+            start = time.perf_counter()
+            with torch.no_grad():
+                y.copy_(call())
+            ok, rows, max_abs, max_ratio, message = check_conv(y_np, x_np, w_np, workload, rng)
+            verify_secs = time.perf_counter() - start
+            environment.update(seed=seed, threads=threads, verify_rows=rows)
+            if not ok:
+                return MeasureResult(
+                    MeasureStatus.WRONG_ANSWER,
+                    error=message,
+                    verify_secs=verify_secs,
+                    environment=environment,
+                )
+            environment.update(max_abs_err=max_abs, max_err_ratio=max_ratio)
+            pin = pinned_to_current_cpu() if threads == 1 else contextlib.nullcontext(None)
+            with pin as cpu, watch() as machine, torch.no_grad():
+                start = time.perf_counter()
+                timed = time_calls(call, min_secs=timing.min_secs, max_repeats=timing.max_repeats)
+                run_secs = time.perf_counter() - start
+        finally:
+            torch.set_num_threads(saved)
+        environment.update(calls_per_repeat=timed.calls_per_repeat, pinned_cpu=cpu, machine=machine)
+        return MeasureResult(
+            MeasureStatus.OK,
+            repeat_secs=timed.repeat_secs,
+            verify_secs=verify_secs,
+            run_secs=run_secs,
+            environment=environment,
+        )
+
+
+class TorchConv2dGpuBaseline(Template):
+    """PyTorch's GPU conv2d (cuDNN); see the module docstring."""
+
+    name = "torch.conv2d_gpu"
+    version = 1
+    baseline = True
+    device_kind = "cuda"
+    slowest_gflops = 20.0
+
+    def capabilities(self, target: Target) -> Capabilities:
+        return Capabilities(
+            kinds=("cuda",),
+            ops=("conv2d",),
+            dtypes=("float16", "bfloat16", "float32"),
+            epilogues=("none",),
+        )
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        return SearchSpace(knobs=(Knob("benchmark", (True, False)),))
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        return Config({"benchmark": True})
+
+    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
+        return [Config({"benchmark": True}), Config({"benchmark": False})]
+
+    def cores_used(self, config: Config) -> int:
+        return 1
+
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        problem = self.request_problem(request) or self.capabilities(request.target).problem(
+            self.name, request.workload, request.target
+        )
+        if problem:
+            raise BuildFailed(MeasureStatus.INVALID, str(problem))
+        return Artifact(template=self.name, key="cudnn")
+
+    def run(
+        self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
+    ) -> MeasureResult:
+        import torch
+
+        from tunehub.kernels import triton_conv_kernels as kernels
+        from tunehub.kernels.gpu_timing import gpu_environment, time_gpu
+        from tunehub.kernels.triton_gemm import _device, _synchronize
+
+        workload = request.workload
+        device = _device()
+        environment: dict[str, Any] = gpu_environment(device)
+        seed = secrets.randbits(62)
+        benchmark = bool(request.config["benchmark"])
+        environment.update(
+            seed=seed,
+            library="torch.nn.functional.conv2d",
+            library_version=f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}",
+            cudnn_benchmark=benchmark,
+        )
+        saved = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = benchmark
+        try:
+            ops = kernels.operands(workload, device, seed)
+            kwargs = conv_kwargs(workload)
+
+            def call() -> Any:
+                return torch.nn.functional.conv2d(ops.x, ops.w, **kwargs)
+
+            start = time.perf_counter()
+            with torch.no_grad():
+                ops.out.copy_(call())
+            _synchronize(device)
+            check = kernels.check(ops.out, kernels.reference(ops), workload.dtype)
+            verify_secs = time.perf_counter() - start
+            environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
+            if not check.ok:
+                return MeasureResult(
+                    MeasureStatus.WRONG_ANSWER,
+                    error=check.message,
+                    verify_secs=verify_secs,
+                    environment=environment,
+                )
+            start = time.perf_counter()
+            with torch.no_grad():
+                timed = time_gpu(
+                    call, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
+                )
+            run_secs = time.perf_counter() - start
+        except torch.cuda.OutOfMemoryError as exc:
+            return MeasureResult(
+                MeasureStatus.RUNTIME_ERROR,
+                error=f"out of GPU memory: {exc}"[:2000],
+                environment=environment,
+            )
+        except RuntimeError as exc:
+            failed = MeasureResult(
+                MeasureStatus.RUNTIME_ERROR,
+                error=f"{type(exc).__name__}: {exc}"[:3000],
+                environment=environment,
+            )
+            if "CUDA error" in str(exc):
+                raise DeviceContextLost(failed) from None
+            return failed
+        finally:
+            torch.backends.cudnn.benchmark = saved
+        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
+        return MeasureResult(
+            MeasureStatus.OK,
+            repeat_secs=timed.repeat_secs,
+            verify_secs=verify_secs,
+            run_secs=run_secs,
+            environment=environment,
+        )

@@ -1,0 +1,232 @@
+"""The ``triton.conv2d`` template: conv2d as implicit GEMM in Triton, its space, build and run.
+
+The kernel (``triton_conv_kernels``) gathers the patch tile from the input inside its K loop
+(nothing unfolded in memory) and reads NCHW and NHWC through strides. Knobs: ``BLOCK_M`` (output
+pixels), ``BLOCK_N`` (output channels of a group), ``BLOCK_K``, ``GROUP_M`` (tile order),
+``num_warps`` and ``num_stages``. The space keeps tiles no larger than the GEMM view needs
+(BLOCK_N up to O/groups, BLOCK_K up to K, each at least 16 for ``tl.dot``) and leaves out
+configs whose pipelined tiles do not fit shared memory or whose accumulator is far past what
+a thread holds. This module imports neither torch nor Triton at import time; ``run`` does, in
+the GPU's run sandbox (or on the CPU under TRITON_INTERPRET=1).
+
+>>> from tunehub.core import Target, Workload
+>>> h100 = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132, properties={
+...     "compute_capability": 90, "smem_per_block_bytes": 232448, "regs_per_sm": 65536})
+>>> w = Workload.from_dict({"op": "conv2d", "dtype": "float16", "batch": 32, "in_channels": 64,
+...     "out_channels": 64, "height": 56, "width": 56, "kernel_h": 3, "kernel_w": 3,
+...     "pad_h": 1, "pad_w": 1, "data_layout": "nhwc"})
+>>> t = TritonConv2dTemplate()
+>>> c = t.default_config(w, h100)
+>>> c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
+(128, 64, 32)
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from tunehub.core import (
+    Capabilities,
+    Config,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Target,
+    Workload,
+)
+from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
+from tunehub.kernels.triton_gemm import _device, _interpreting, _synchronize, device_props
+
+BLOCK_MS = (32, 64, 128, 256)
+BLOCK_NS = (16, 32, 64, 128, 256)
+BLOCK_KS = (16, 32, 64, 128)
+GROUP_MS = (1, 8)
+WARPS = (2, 4, 8)
+STAGES = (1, 2, 3, 4, 5)
+DEFAULT_SMEM = 166912
+MAX_ACC_PER_THREAD = 256
+KNOB_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# Known-good tiles (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), the first that fits
+# being the default: triton.gemm's usual points, then narrower ones for few channels a group.
+SEEDS = (
+    (128, 128, 32, 8, 3), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (128, 64, 64, 8, 3),
+    (64, 64, 32, 4, 3), (128, 32, 32, 4, 3), (64, 32, 32, 4, 2), (64, 16, 16, 2, 2),
+    (32, 16, 16, 2, 1),
+)  # fmt: skip
+
+
+def _pow2_at_least(n: int, floor: int) -> int:
+    return max(floor, 1 << max(0, math.ceil(math.log2(max(1, n)))))
+
+
+def shared_bytes(config: Config, elem: int) -> int:
+    """Shared memory of the pipelined A and B tiles."""
+    bk = int(config["BLOCK_K"])
+    tiles = (int(config["BLOCK_M"]) + int(config["BLOCK_N"])) * bk * elem
+    return max(1, int(config["num_stages"])) * tiles
+
+
+class TritonConv2dTemplate(Template):
+    """``triton.conv2d``: see the module docstring."""
+
+    name = "triton.conv2d"
+    version = 1
+    device_kind = "cuda"
+    baseline_template = "torch.conv2d_gpu"
+    slowest_gflops = 20.0
+
+    def capabilities(self, target: Target) -> Capabilities:
+        return Capabilities(
+            kinds=("cuda",),
+            ops=("conv2d",),
+            dtypes=tuple(ELEMENT_BYTES),
+            a_layouts=("row_major",),
+            b_layouts=("row_major",),
+            epilogues=("none",),
+        )
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        cap_m = _pow2_at_least(workload.m * int(workload.param("batch")), 32)
+        cap_n = _pow2_at_least(workload.n, 16)
+        cap_k = _pow2_at_least(workload.k, 16)
+        elem = ELEMENT_BYTES.get(workload.dtype, 2)
+        smem = int(device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM)
+        knobs = (
+            Knob("BLOCK_M", BLOCK_MS),
+            Knob("BLOCK_N", BLOCK_NS),
+            Knob("BLOCK_K", BLOCK_KS),
+            Knob("GROUP_M", GROUP_MS),
+            Knob("num_warps", WARPS),
+            Knob("num_stages", STAGES),
+        )
+        constraints = (
+            KnobConstraint(
+                ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
+                lambda c: (
+                    int(c["BLOCK_M"]) <= cap_m
+                    and int(c["BLOCK_N"]) <= cap_n
+                    and int(c["BLOCK_K"]) <= cap_k
+                ),
+            ),
+            KnobConstraint(
+                ("BLOCK_M", "BLOCK_N", "num_warps"),
+                lambda c: (
+                    int(c["BLOCK_M"]) * int(c["BLOCK_N"]) / (32 * int(c["num_warps"]))
+                    <= MAX_ACC_PER_THREAD
+                ),
+            ),
+            KnobConstraint(
+                ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages"),
+                lambda c: shared_bytes(c, elem) <= smem,
+            ),
+        )
+        return SearchSpace(knobs=knobs, constraints=constraints)
+
+    def _seeds(self) -> list[Config]:
+        return [
+            Config(dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True)))
+            for bm, bn, bk, w, s in SEEDS
+        ]
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        """The first known-good tile that fits the workload and device."""
+        space = self.space(workload, target)
+        for config in self._seeds():
+            if space.is_valid(config):
+                return config
+        return space.points[0]
+
+    def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
+        space = self.space(workload, target)
+        seeds = [c for c in self._seeds() if space.is_valid(c)]
+        return seeds or [space.points[0]]
+
+    def cores_used(self, config: Config) -> int:
+        return 1  # the launching thread
+
+    def baseline_config(self, config: Config, workload: Workload, target: Target) -> Config:
+        """What a PyTorch user gets: cuDNN with its algorithm search on."""
+        return Config({"benchmark": True})
+
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        """Checks the request; the kernel is compiled (into Triton's cache) by its first
+        launch in the run sandbox."""
+        problem = self.request_problem(request)
+        if problem:
+            raise BuildFailed(MeasureStatus.INVALID, problem)
+        build = "none" if _interpreting() else "at first launch"
+        return Artifact(
+            template=self.name, key=f"conv2d-v{self.version}", environment={"build": build}
+        )
+
+    def run(
+        self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
+    ) -> MeasureResult:
+        """Check the kernel on fresh random inputs into a NaN-poisoned output against the
+        float64 reference, then time it (``tunehub.kernels.gpu_timing``)."""
+        import torch
+
+        from tunehub.kernels import triton_conv_kernels as kernels
+        from tunehub.kernels.gpu_timing import gpu_environment, time_gpu
+
+        workload = request.workload
+        device = _device()
+        environment: dict[str, Any] = gpu_environment(device)
+        environment.update(artifact.environment)
+        seed = secrets.randbits(62)
+        environment["seed"] = seed
+        compile_secs = 0.0
+        try:
+            ops = kernels.operands(workload, device, seed)
+            launch = kernels.bind(ops, request.config.to_dict())
+            start = time.perf_counter()
+            launch()  # compiles on first launch (the Triton cache keeps it)
+            _synchronize(device)
+            compile_secs = time.perf_counter() - start
+            start = time.perf_counter()
+            check = kernels.check(ops.out, kernels.reference(ops), workload.dtype)
+            verify_secs = time.perf_counter() - start
+            environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
+            if not check.ok:
+                return MeasureResult(
+                    MeasureStatus.WRONG_ANSWER,
+                    error=check.message,
+                    compile_secs=compile_secs,
+                    verify_secs=verify_secs,
+                    environment=environment,
+                )
+            start = time.perf_counter()
+            timed = time_gpu(
+                launch, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
+            )
+            run_secs = time.perf_counter() - start
+        except torch.cuda.OutOfMemoryError as exc:
+            return MeasureResult(
+                MeasureStatus.RUNTIME_ERROR,
+                error=f"out of GPU memory: {exc}"[:2000],
+                compile_secs=compile_secs,
+                environment=environment,
+            )
+        except Exception as exc:  # a compile failure (out of resources), a CUDA error
+            text = f"{type(exc).__name__}: {exc}"
+            failed = MeasureResult(
+                MeasureStatus.RUNTIME_ERROR, error=text[-3000:], environment=environment
+            )
+            if "CUDA error" in text or "illegal" in text:
+                raise DeviceContextLost(failed) from None
+            return failed
+        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
+        return MeasureResult(
+            MeasureStatus.OK,
+            repeat_secs=timed.repeat_secs,
+            compile_secs=compile_secs,
+            verify_secs=verify_secs,
+            run_secs=run_secs,
+            environment=environment,
+        )

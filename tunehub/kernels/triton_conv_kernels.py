@@ -1,0 +1,199 @@
+"""The Triton implicit-GEMM conv2d kernel, its operands, reference and check (imports torch and
+Triton: GPU run sandboxes and tests only).
+
+One program computes a BLOCK_M x BLOCK_N tile of one group's GEMM C[N·OH·OW, O/groups]: its
+rows are output pixels over the batch, its columns output channels. Each K step gathers the
+BLOCK_M x BLOCK_K patch tile from the input (masked loads: the padding reads zeros) and the
+BLOCK_K x BLOCK_N filter tile, and accumulates their ``tl.dot`` in float32. Every operand is
+addressed through its four strides, so one kernel reads NCHW and NHWC (channels_last) alike;
+K runs (kh, kw, c) for NHWC (channels contiguous in a tap) and (c, kh, kw) for NCHW (the
+filters' OIHW order). GROUP_M orders the tiles so that GROUP_M row tiles sweep the columns
+together (the filters stay in L2). The grid's second axis is the group.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from tunehub.core import Workload
+from tunehub.kernels.conv2d_reference import conv_dims, is_nhwc
+from tunehub.kernels.triton_gemm_limits import TOLERANCE
+
+TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@triton.jit
+def _conv2d_kernel(
+    x, w, y,
+    M, C, H, W, OH, OW, KH, KW, ICG, OCG, K,
+    SH, SW, PH, PW, DH, DW,
+    sxn, sxc, sxh, sxw, swo, swc, swh, sww, syn, syo, syh, syw,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, CHANNELS_INNER: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    g = tl.program_id(1)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(OCG, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = pid // per_group * GROUP_M
+    rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows
+    pid_n = (pid % per_group) // rows
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ohw = OH * OW
+    img = rm // ohw
+    pix = rm % ohw
+    oh = pix // OW
+    ow = pix % OW
+    ih0 = oh * SH - PH
+    iw0 = ow * SW - PW
+    x_row = x + img.to(tl.int64) * sxn
+    w_col = w + (g * OCG + rn).to(tl.int64) * swo
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        if CHANNELS_INNER:
+            c = rk % ICG
+            tap = rk // ICG
+        else:
+            c = rk // (KH * KW)
+            tap = rk % (KH * KW)
+        fh = tap // KW
+        fw = tap % KW
+        ih = ih0[:, None] + fh[None, :] * DH
+        iw = iw0[:, None] + fw[None, :] * DW
+        a_mask = (rm[:, None] < M) & (rk[None, :] < K)
+        a_mask = a_mask & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a_ptr = x_row[:, None] + ((g * ICG + c) * sxc)[None, :] + ih * sxh + iw * sxw
+        a = tl.load(a_ptr, mask=a_mask, other=0.0)
+        b_mask = (rk[:, None] < K) & (rn[None, :] < OCG)
+        b_ptr = w_col[None, :] + (c * swc + fh * swh + fw * sww)[:, None]
+        b = tl.load(b_ptr, mask=b_mask, other=0.0)
+        if IEEE:
+            acc += tl.dot(a, b, input_precision="ieee")
+        else:
+            acc += tl.dot(a, b)
+    y_ptr = (
+        y
+        + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
+        + ((g * OCG + rn).to(tl.int64) * syo)[None, :]
+    )
+    y_mask = (rm[:, None] < M) & (rn[None, :] < OCG)
+    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=y_mask)
+
+
+@dataclass
+class ConvOperands:
+    x: torch.Tensor
+    w: torch.Tensor
+    out: torch.Tensor
+    workload: Workload
+
+
+def _layout(t: torch.Tensor, nhwc: bool) -> torch.Tensor:
+    return t.contiguous(memory_format=torch.channels_last) if nhwc else t.contiguous()
+
+
+def operands(workload: Workload, device: torch.device, seed: int) -> ConvOperands:
+    """Fresh input and filters uniform in [-1, 1) and a NaN-poisoned output, logically
+    NCHW / OIHW tensors stored as the workload's layout says (channels_last for nhwc)."""
+    d = conv_dims(workload)
+    nhwc = is_nhwc(workload)
+    dtype = TORCH_DTYPES[workload.dtype]
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    x = torch.empty(
+        (d["batch"], d["in_channels"], d["height"], d["width"]), dtype=dtype, device=device
+    ).uniform_(-1.0, 1.0, generator=g)
+    w = torch.empty(
+        (d["out_channels"], d["icg"], d["kernel_h"], d["kernel_w"]), dtype=dtype, device=device
+    ).uniform_(-1.0, 1.0, generator=g)
+    out = torch.full(
+        (d["batch"], d["out_channels"], d["oh"], d["ow"]), math.nan, dtype=dtype, device=device
+    )
+    return ConvOperands(_layout(x, nhwc), _layout(w, nhwc), _layout(out, nhwc), workload)
+
+
+def torch_args(workload: Workload) -> dict[str, Any]:
+    """``torch.nn.functional.conv2d``'s keyword arguments for the workload."""
+    d = conv_dims(workload)
+    return {
+        "stride": (d["stride_h"], d["stride_w"]),
+        "padding": (d["pad_h"], d["pad_w"]),
+        "dilation": (d["dilation_h"], d["dilation_w"]),
+        "groups": d["groups"],
+    }
+
+
+def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
+    """The launch of ``config`` on ``ops`` (arguments computed once)."""
+    workload = ops.workload
+    d = conv_dims(workload)
+    rows = d["batch"] * d["oh"] * d["ow"]
+    bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
+    grid = (triton.cdiv(rows, bm) * triton.cdiv(d["ocg"], bn), d["groups"])
+    args = (
+        ops.x, ops.w, ops.out,
+        rows, d["in_channels"], d["height"], d["width"], d["oh"], d["ow"], d["kernel_h"],
+        d["kernel_w"], d["icg"], d["ocg"], workload.k,
+        d["stride_h"], d["stride_w"], d["pad_h"], d["pad_w"], d["dilation_h"], d["dilation_w"],
+        *ops.x.stride(), *ops.w.stride(), *ops.out.stride(),
+    )  # fmt: skip
+    kernel = _conv2d_kernel[grid]
+    constants = {
+        "BLOCK_M": bm,
+        "BLOCK_N": bn,
+        "BLOCK_K": int(config["BLOCK_K"]),
+        "GROUP_M": int(config["GROUP_M"]),
+        "CHANNELS_INNER": is_nhwc(workload),
+        "IEEE": workload.dtype == "float32",
+        "num_warps": int(config["num_warps"]),
+        "num_stages": int(config["num_stages"]),
+    }
+
+    def launch() -> None:
+        kernel(*args, **constants)
+
+    return launch
+
+
+def reference(ops: ConvOperands) -> torch.Tensor:
+    """The output in float64 on the operands' device (logically NCHW)."""
+    return torch.nn.functional.conv2d(
+        ops.x.to(torch.float64), ops.w.to(torch.float64), **torch_args(ops.workload)
+    )
+
+
+@dataclass(frozen=True)
+class ConvCheck:
+    ok: bool
+    relative_error: float
+    tolerance: float
+    message: str
+
+
+def check(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> ConvCheck:
+    """Every output finite, and ``||out - ref|| / ||ref||`` within the dtype's tolerance."""
+    tol = TOLERANCE[dtype]
+    finite = torch.isfinite(out)
+    bad = int((~finite).sum())
+    if bad:
+        where = tuple(torch.nonzero(~finite)[0].tolist())
+        return ConvCheck(
+            False, math.inf, tol, f"{bad} of {out.numel()} outputs not finite, first at {where}"
+        )
+    diff = float(torch.linalg.vector_norm(out.to(torch.float64) - ref))
+    norm = float(torch.linalg.vector_norm(ref)) or 1.0
+    rel = diff / norm
+    if rel <= tol:
+        return ConvCheck(True, rel, tol, "")
+    return ConvCheck(False, rel, tol, f"relative error {rel:.3g} above {tol:g}")
