@@ -302,6 +302,7 @@ class Bench:
             "TUNEHUB_DATABASE_URL": self.pg.url,
             "TUNEHUB_DB_OUTAGE_SECS": str(a.outage_limit),
             "TUNEHUB_JOB_SLICE_SECS": str(a.slice),
+            "TUNEHUB_JOB_MIN_SLICE_SECS": str(a.min_slice),
             "TUNEHUB_LEASE_SECS": "6",
             "TUNEHUB_REPLICA_ID": "faults-bench",
             "TUNEHUB_TRAIN_MODELS": "false",
@@ -454,6 +455,7 @@ class Bench:
                 "trials_per_job": self.args.trials,
                 "template": "blis.gemm",
                 "slice_secs": self.args.slice,
+                "min_slice_secs": self.args.min_slice,
                 "db_outage_limit_secs": self.args.outage_limit,
                 "db_stops_secs": [self.args.short_stop, self.args.long_stop],
                 "ray": self.ray_address is not None,
@@ -533,6 +535,7 @@ def main() -> int:
     args = parser.parse_args()
     args.short_stop, args.long_stop, args.outage_limit = (30.0, 150.0, 60.0)
     args.slice, args.gap, args.drain, args.keys, args.trials = 20.0, 12.0, 900.0, KEYS, 6
+    args.min_slice = 5.0  # with 3 keys waiting a slice is 20/3 s (TUNEHUB_JOB_MIN_SLICE_SECS)
     if args.quick:
         args.short_stop, args.long_stop, args.outage_limit, args.gap = 5.0, 12.0, 4.0, 5.0
         args.keys, args.trials = QUICK_KEYS, 4

@@ -4,13 +4,16 @@ with a short time slice giving another key's first job the device after one slic
 from __future__ import annotations
 
 import time
+from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from tests.test_runner import WORKLOAD, SlowReplay, replay_history, wait_for
 from tunehub.core import Budget, JobSpec, JobState, Scope, Target, local_cpu_target
 from tunehub.core.apikey import new_api_key
-from tunehub.core.fairshare import FairShare
+from tunehub.core.fairshare import FairShare, OwnerQueue, job_slice_secs
+from tunehub.core.records import utc_now
 from tunehub.db import ScheduleStore
 from tunehub.service.runner import JobRunner
 from tunehub.service.settings import Settings
@@ -131,18 +134,37 @@ def test_another_keys_first_job_starts_within_one_slice(store: ScheduleStore) ->
     assert waited < slice_secs + 3.0, f"B's job waited {waited:.2f}s"
 
 
-def test_queued_owners_counts_each_keys_waiting_jobs(store: ScheduleStore) -> None:
+def test_owner_queues_say_who_waits_and_whose_first_job_has_not_started(
+    store: ScheduleStore,
+) -> None:
     target = local_cpu_target()
     store.put_target(target)
     a, b = make_key(store, "a"), make_key(store, "b")
-    for key, priority in ((a, 0), (a, 0), (b, 0), (None, 0), (b, -10)):
-        submit(store, target, key, priority=priority)
+    jobs = {
+        name: submit(store, target, key, priority=priority)
+        for name, key, priority in (
+            ("a1", a, 0), ("a2", a, 0), ("b1", b, 0), ("none", None, 0), ("b_low", b, -10)
+        )
+    }  # fmt: skip
     running = store.claim_job()  # a's first: running, no longer queued
-    assert running is not None and running.api_key_id == a
+    assert running is not None and running.id == jobs["a1"]
+    created = {name: store.get_job(job_id).created_at for name, job_id in jobs.items()}
     keys = [target.target_key]
-    assert store.queued_owners(target_keys=keys) == {a: 1, b: 2, None: 1}
-    assert store.queued_owners(target_keys=keys, min_priority=0) == {a: 1, b: 1, None: 1}
-    assert store.queued_owners(target_keys=["no such target"]) == {}
+
+    def queues(**kw: Any) -> dict[int | None, OwnerQueue]:
+        found = store.owner_queues(target_keys=keys, **kw)
+        assert len({q.api_key_id for q in found}) == len(found)
+        return {q.api_key_id: q for q in found}
+
+    assert queues() == {
+        a: OwnerQueue(a, 1, True, created["a2"]),
+        b: OwnerQueue(b, 2, False, created["b1"]),
+        None: OwnerQueue(None, 1, False, created["none"]),
+    }
+    assert queues(min_priority=0)[b] == OwnerQueue(b, 1, False, created["b1"])
+    store.set_job_state(jobs["a1"], JobState.QUEUED)  # handed back: a's jobs have started
+    assert queues()[a] == OwnerQueue(a, 2, True, created["a1"])
+    assert store.owner_queues(target_keys=["no such target"]) == []
 
 
 def test_each_of_two_new_keys_first_job_starts_within_one_slice(store: ScheduleStore) -> None:
@@ -185,3 +207,24 @@ def test_each_of_two_new_keys_first_job_starts_within_one_slice(store: ScheduleS
     # and the device spent less than one slice on A's and B's jobs before C's started.
     assert before_c[a_jobs[0]] < slice_secs / 2, before_c
     assert sum(before_c.values()) < slice_secs, before_c
+
+
+def test_the_slice_is_shortened_only_while_other_keys_first_jobs_wait() -> None:
+    t0 = utc_now()
+    at = {"started_at": t0, "slice_secs": 30.0, "min_slice_secs": 2.0}
+    had_turn, own = OwnerQueue(2, 5, True, t0), OwnerQueue(1, 3, True, t0)
+    assert job_slice_secs([], own_key=1, **at) is None  # nothing waits: it runs on
+    assert job_slice_secs([OwnerQueue(2, 0, True, None)], own_key=1, **at) is None
+    # Its own key's jobs, or keys whose jobs have all had a turn: the whole slice.
+    assert job_slice_secs([own, had_turn], own_key=1, **at) == 30.0
+    new = [OwnerQueue(k, 1, False, t0 + timedelta(seconds=k)) for k in (3, 4, 5)]
+    # Three first jobs, the oldest queued 3 s after this job started: 33 s left until it
+    # has waited one slice, shared by this job, the two keys before the last, and a margin.
+    assert job_slice_secs([own, had_turn, *new], own_key=1, **at) == pytest.approx(33 / 4)
+    # The first of them, started 10 s after t0: the other two's oldest queued at t0 + 4 s,
+    # so 24 s left, shared by it, the one key before the last, and the margin.
+    later = {**at, "started_at": t0 + timedelta(seconds=10)}
+    assert job_slice_secs(new, own_key=3, **later) == pytest.approx(24 / 3)
+    # Many keys at once: never below the floor.
+    crowd = [OwnerQueue(k, 1, False, t0) for k in range(10, 40)]
+    assert job_slice_secs(crowd, own_key=1, **at) == 2.0

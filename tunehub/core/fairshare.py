@@ -15,9 +15,10 @@ recedes, nothing once it ended ``window_secs`` ago (a linear decay over the wind
 With one owner queued this is the old order: priority, then age. With a time slice, a key
 with many jobs holds back another key's first job for one slice at most: the running job is
 handed back at the end of its slice (another job waits), its time is counted for its owner,
-and the other key, at share 0, is claimed next. While other keys wait, the runner divides
-the slice between the keys contending (``JobRunner._slice_over``), so several keys queueing at
-once each start within one slice (see docs/api.md).
+and the other key, at share 0, is claimed next. When several keys' first jobs wait at once,
+the running job's slice is shortened so that the last of them still starts within one slice
+of the oldest's submission (``job_slice_secs``): with ``n`` such keys, the time left until
+then is shared by the running job, the ``n - 1`` keys before the last and a margin.
 
 >>> from datetime import timedelta
 >>> now = utc_now()
@@ -85,6 +86,61 @@ class QueuedJob:
     api_key_id: int | None
     priority: int
     queue_position: Any
+
+
+@dataclass(frozen=True)
+class OwnerQueue:
+    """One owner's active jobs of a target, as the running job's slice check sees them: how
+    many wait, whether any has run (one runs now, or was handed back), and when the oldest
+    of those waiting was submitted."""
+
+    api_key_id: int | None
+    queued: int
+    started: bool
+    first_created_at: datetime | None
+
+
+def job_slice_secs(
+    owners: Iterable[OwnerQueue],
+    *,
+    own_key: int | None,
+    started_at: datetime,
+    slice_secs: float,
+    min_slice_secs: float,
+) -> float | None:
+    """How long a job of ``own_key`` that (re)started at ``started_at`` runs before it is
+    handed back, with ``owners`` as they are now; None while nothing else waits.
+
+    The whole slice, unless other keys wait whose first job has not started (no job of theirs
+    has run since they queued): then the slice ends early enough that each of them starts
+    within one slice of the oldest one's submission: the time left until then is shared
+    evenly by this job, the keys before the last, and one share more, kept as a margin for
+    the hand-backs (a trial in flight finishes first). Never shorter than ``min_slice_secs``.
+
+    >>> from datetime import timedelta
+    >>> t0 = utc_now()
+    >>> new = [OwnerQueue(2, 1, False, t0), OwnerQueue(3, 1, False, t0)]
+    >>> job_slice_secs(new, own_key=1, started_at=t0, slice_secs=30.0, min_slice_secs=1.0)
+    10.0
+    >>> job_slice_secs(new[:1], own_key=1, started_at=t0 - timedelta(seconds=10),
+    ...                slice_secs=30.0, min_slice_secs=1.0)
+    20.0
+    >>> job_slice_secs([OwnerQueue(1, 4, True, None)], own_key=1, started_at=t0,
+    ...                slice_secs=30.0, min_slice_secs=1.0)
+    30.0
+    """
+    waiting = [o for o in owners if o.queued > 0]
+    if not waiting:
+        return None
+    first = [
+        o.first_created_at
+        for o in waiting
+        if not o.started and o.api_key_id != own_key and o.first_created_at is not None
+    ]
+    if not first:
+        return slice_secs
+    left = (min(first) - started_at).total_seconds() + slice_secs
+    return min(slice_secs, max(min_slice_secs, left / (len(first) + 1)))
 
 
 def owner_usage(

@@ -29,7 +29,14 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.core.apikey import NO_LIMITS
-from tunehub.core.fairshare import FairShare, JobTime, QueuedJob, fair_order, owner_usage
+from tunehub.core.fairshare import (
+    FairShare,
+    JobTime,
+    OwnerQueue,
+    QueuedJob,
+    fair_order,
+    owner_usage,
+)
 from tunehub.core.job import PERSON_PRIORITY
 from tunehub.core.owner import DEFAULT_LEASE_SECS
 from tunehub.db.common import (
@@ -265,17 +272,28 @@ class MemoryScheduleStore(ScheduleStore):
                 and (min_priority is None or job.priority >= min_priority)
             )
 
-    def queued_owners(
+    def owner_queues(
         self, *, target_keys: Collection[str], min_priority: int | None = None
-    ) -> dict[int | None, int]:
-        owners: dict[int | None, int] = {}
+    ) -> list[OwnerQueue]:
+        owners: dict[int | None, OwnerQueue] = {}
         with self._lock:
-            for job in self._select_jobs((JobState.QUEUED,)):
-                if job.spec.target_key in target_keys and (
-                    min_priority is None or job.priority >= min_priority
+            for job in self._select_jobs((JobState.QUEUED, JobState.RUNNING)):
+                if job.spec.target_key not in target_keys or (
+                    min_priority is not None and job.priority < min_priority
                 ):
-                    owners[job.api_key_id] = owners.get(job.api_key_id, 0) + 1
-        return owners
+                    continue
+                queued = job.state is JobState.QUEUED
+                had = owners.get(job.api_key_id, OwnerQueue(job.api_key_id, 0, False, None))
+                first = had.first_created_at
+                if queued and (first is None or job.created_at < first):
+                    first = job.created_at
+                owners[job.api_key_id] = OwnerQueue(
+                    job.api_key_id,
+                    had.queued + queued,
+                    had.started or job.started_at is not None,
+                    first,
+                )
+        return list(owners.values())
 
     def active_jobs(
         self, *, workload_keys: Collection[str], target_keys: Collection[str]

@@ -51,7 +51,14 @@ from tunehub.core import (
     utc_now,
 )
 from tunehub.core.apikey import NO_LIMITS
-from tunehub.core.fairshare import FairShare, JobTime, QueuedJob, fair_order, owner_usage
+from tunehub.core.fairshare import (
+    FairShare,
+    JobTime,
+    OwnerQueue,
+    QueuedJob,
+    fair_order,
+    owner_usage,
+)
 from tunehub.core.job import PERSON_PRIORITY
 from tunehub.core.owner import DEFAULT_LEASE_SECS
 from tunehub.db.common import (
@@ -367,13 +374,19 @@ class SqlScheduleStore(ScheduleStore):
         with session_scope(self._read) as session:
             return int(session.scalar(query) or 0)
 
-    def queued_owners(
+    def owner_queues(
         self, *, target_keys: Collection[str], min_priority: int | None = None
-    ) -> dict[int | None, int]:
+    ) -> list[OwnerQueue]:
+        queued = JobRow.state == JobState.QUEUED.value
         query = (
-            select(JobRow.api_key_id, func.count())
+            select(
+                JobRow.api_key_id,
+                func.count(case((queued, JobRow.id))),
+                func.count(JobRow.started_at),
+                func.min(case((queued, JobRow.created_at))),
+            )
             .where(
-                JobRow.state == JobState.QUEUED.value,
+                JobRow.state.in_([JobState.QUEUED.value, JobState.RUNNING.value]),
                 JobRow.target_key.in_(sorted(set(target_keys))),
             )
             .group_by(JobRow.api_key_id)
@@ -381,7 +394,10 @@ class SqlScheduleStore(ScheduleStore):
         if min_priority is not None:
             query = query.where(JobRow.priority >= min_priority)
         with session_scope(self._read) as session:
-            return {key: int(n) for key, n in session.execute(query)}
+            return [
+                OwnerQueue(key, int(waiting), started > 0, first)
+                for key, waiting, started, first in session.execute(query)
+            ]
 
     def active_jobs(
         self, *, workload_keys: Collection[str], target_keys: Collection[str]

@@ -48,7 +48,7 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.core.apikey import NO_LIMITS
-from tunehub.core.fairshare import FairShare
+from tunehub.core.fairshare import FairShare, OwnerQueue
 from tunehub.core.job import PERSON_PRIORITY
 from tunehub.core.owner import DEFAULT_LEASE_SECS
 
@@ -281,12 +281,13 @@ class ScheduleStore(ABC):
         priority ``min_priority`` or higher (each when given)."""
 
     @abstractmethod
-    def queued_owners(
+    def owner_queues(
         self, *, target_keys: Collection[str], min_priority: int | None = None
-    ) -> dict[int | None, int]:
-        """Queued jobs of ``target_keys`` (of priority ``min_priority`` or higher, when
-        given) per owner (API key id; None for the jobs of no key), in one query: the runner
-        shortens a running job's slice by the number of other owners waiting."""
+    ) -> list[OwnerQueue]:
+        """The owners (API key ids; None for the jobs of no key) of QUEUED or RUNNING jobs of
+        ``target_keys`` (of priority ``min_priority`` or higher, when given), each with its
+        queued jobs, whether any of those jobs has started, and its oldest queued job's
+        ``created_at``; in one query (the runner's slice check, ``job_slice_secs``)."""
 
     @abstractmethod
     def active_jobs(

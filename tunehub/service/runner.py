@@ -5,9 +5,9 @@ with its target and a heartbeat, so ``GET /api/v1/targets`` shows it live and jo
 target are claimed by it. A job for a target with no live worker stays queued.
 
 Jobs share a device fairly: after its time slice a job whose target has other jobs waiting is
-handed back to the queue (behind them) and resumes later from its stored records; with other
-keys waiting the slice is divided between the keys, so several keys queueing at once each start
-within one slice. The next job claimed is that of the key with the least device time used
+handed back to the queue (behind them) and resumes later from its stored records; while other
+keys' first jobs wait the slice is shorter, so several keys queueing at once each start within
+one slice. The next job claimed is that of the key with the least device time used
 recently (fair share between keys, ``tunehub.core.fairshare``), then of the highest priority,
 then the longest waiting. The runner
 also watches its environment (the build dir can take files, the database takes writes); while
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunehub.core import Job, JobState, Target, Worker, utc_now
 from tunehub.core.damped import DampedLog
-from tunehub.core.fairshare import FairShare
+from tunehub.core.fairshare import FairShare, job_slice_secs
 from tunehub.core.owner import DEFAULT_LEASE_SECS, new_owner, owner_replica
 from tunehub.db.journal import ReplayReport, ResultJournal
 from tunehub.db.store import JobNotFound, ScheduleStore, StoreUnavailable
@@ -609,12 +609,11 @@ class JobRunner:
     def _slice_over(self, job: Job, worker: DeviceWorker) -> Callable[[], bool]:
         """Whether ``job`` has had its time slice and another job of its target waits.
 
-        The slice is shared by the owners contending for the device: with ``n`` other keys
-        waiting it is ``slice_secs / (n + 1)`` (never below ``min_slice_secs``), so that when
-        several keys queue at once behind a long job, the last of them still starts within
-        one slice of queueing (each one before it runs a part, not a whole slice). With only
-        its own key's jobs waiting, a job keeps the whole slice."""
-        started = time.monotonic()
+        The slice is ``slice_secs``, shorter while other keys' first jobs wait
+        (``tunehub.core.fairshare.job_slice_secs``): several keys queueing at once behind a
+        long job each start within one slice of queueing, instead of each waiting for the
+        whole slices of those before it. Never shorter than ``min_slice_secs``."""
+        started, started_at = time.monotonic(), utc_now()
         keys = {worker.target.target_key}
         asked = [float("-inf")]  # when the queue was last looked at
         shortest = min(self.slice_secs or 0.0, self.min_slice_secs)
@@ -633,16 +632,19 @@ class JobRunner:
             try:
                 # Only a job that would be claimed before this one takes its place: a job a
                 # lookup queued never pauses a person's.
-                owners = self.store.queued_owners(target_keys=keys, min_priority=job.priority)
+                owners = self.store.owner_queues(target_keys=keys, min_priority=job.priority)
             except Exception:  # every check while the store is away: damped
                 self._damped["slice"].exception("job %d: could not look at the queue", job.id)
                 return False
             self._damped["slice"].clear("job %d: the queue can be looked at again", job.id)
-            if not owners:
-                return False
-            others = len(owners.keys() - {job.api_key_id})
-            share = max(self.slice_secs / (others + 1), shortest)
-            return now - started >= share
+            secs = job_slice_secs(
+                owners,
+                own_key=job.api_key_id,
+                started_at=started_at,
+                slice_secs=self.slice_secs,
+                min_slice_secs=self.min_slice_secs,
+            )
+            return secs is not None and now - started >= secs
 
         return check
 

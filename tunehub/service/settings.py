@@ -185,9 +185,8 @@ class Settings(BaseSettings):
     job_min_slice_secs: float = Field(
         default=5.0,
         gt=0,
-        description="While other keys' jobs wait, a running job's slice is job_slice_secs "
-        "divided by the number of keys contending for the device (so each key's first job "
-        "starts within one slice), but never shorter than this.",
+        description="While other keys' first jobs wait, a running job's slice is shortened so "
+        "that each of them starts within job_slice_secs of queueing, but never below this.",
     )
     fair_share_window_secs: float = Field(
         default=DEFAULT_WINDOW_SECS,
