@@ -31,6 +31,7 @@ from tunehub.kernels.registry import TEMPLATES, get_template
 from tunehub.service import dashboard
 from tunehub.service.auth import API_KEY_HEADER
 from tunehub.service.lookup_cache import FastLookup, LookupCache
+from tunehub.service.lookup_miss import FastMiss
 from tunehub.service.redact import printable
 from tunehub.service.routes_autotune import router as autotune_router
 from tunehub.service.routes_jobs import router as jobs_router
@@ -382,7 +383,9 @@ def create_app(
     dashboard.mount_api_docs(app)
     dashboard.install_not_found(app)
     # Outermost last: headers on every answer, then hosts, cached lookups, cross-site writes,
-    # CORS, bodies.
+    # CORS, bodies, and innermost the uncached plain lookups answered without the route.
+    app.add_middleware(FastMiss, read_requires_key=settings.read_requires_key,
+                       tune_unseen=settings.tune_unseen)  # fmt: skip
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        timeout_secs=settings.body_timeout_secs)  # fmt: skip
     if settings.cors_origins:
