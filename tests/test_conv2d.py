@@ -108,6 +108,53 @@ def test_blis_conv2d_matches_the_reference_on_odd_shapes(layout: str, tmp_path: 
             assert rows == w.m * min(16, w.operator.multiplicity(w))
 
 
+# Depthwise (groups == in_channels): the direct path. Each case is one filter width, stride and
+# dilation along W (compiled in), with odd sizes, padding, stride and dilation along H, a
+# channel multiplier, channels that end in a partial block, rows narrower than a tile.
+DEPTHWISE = [
+    {"in_channels": 21, "out_channels": 21, "groups": 21, "height": 13, "width": 37,
+     "kernel_h": 7, "kernel_w": 7, "pad_h": 3, "pad_w": 3, "batch": 2},
+    {"in_channels": 5, "out_channels": 15, "groups": 5, "kernel_w": 2, "stride_h": 2,
+     "stride_w": 2, "dilation_h": 2, "dilation_w": 2, "pad_h": 2, "pad_w": 1},
+    {"in_channels": 3, "out_channels": 6, "groups": 3, "height": 5, "width": 3, "pad_h": 1},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_depthwise_conv2d_runs_the_direct_path_and_matches_the_reference(
+    layout: str, tmp_path: Path
+) -> None:
+    from tunehub.kernels.conv2d_reference import reference_conv
+
+    target = local_cpu_target()
+    template = BlisConv2dTemplate()
+    rng = np.random.default_rng(3)
+    for i, case in enumerate(DEPTHWISE):
+        dtype, threads = ("float32", 1) if i % 2 == 0 else ("float64", 2)
+        w = conv(SMALL, data_layout=layout, dtype=dtype, **case)
+        space = template.space(w, target)
+        assert set(space.names) == {"ISA", "CB", "WB", "RB", "threads"}
+        default = template.default_config(w, target)
+        assert space.is_valid(default)
+        assert all(space.is_valid(c) for c in template.seed_configs(w, target))
+        # Two rows a unit; tiles that end past the row (moved back) or are wider than it (37,
+        # 6 and 1 output columns); the widest channel block (a partial one).
+        config = default.replace(threads=threads, RB=2, WB=4 if layout == "nhwc" else 2)
+        config = max(
+            (config.replace(CB=cb) for cb in space.knobs[1].values),
+            key=lambda c: int(c["CB"]) if space.is_valid(c.replace(threads=1)) else 0,
+        )
+        kernel = template.compile(w, target, config, tmp_path)
+        x, f = conv_operands(w, rng)
+        y = kernel.conv(w, x, f, conv_output(w))
+        np.testing.assert_allclose(y, reference_conv(x, f, w), rtol=1e-4, atol=1e-4)
+        assert check_conv(y, x, f, w, rng)[0]
+    dense = conv(SMALL, data_layout=layout)
+    refusal = r"runs depthwise \w+ convolutions with kernel_w=3, stride_w=1, dilation_w=1"
+    with pytest.raises(ValueError, match=refusal):
+        kernel.conv(dense, *conv_operands(dense, rng), conv_output(dense))
+
+
 def test_a_wrong_conv_is_a_wrong_answer() -> None:
     w = conv(SMALL, pad_h=1, batch=2)
     rng = np.random.default_rng(0)
@@ -152,6 +199,13 @@ def test_the_space_and_features_follow_the_layouts_gemm() -> None:
     assert x[0, fs.names.index("nhwc")] == 1.0 and x[0, fs.names.index("taps")] == 9.0
     y = fs.matrix(conv(RESNET, data_layout="nhwc", batch=8), target, configs)
     assert y[0, fs.names.index("log2_batch")] == 3.0
+    assert x[0, fs.names.index("dw_accumulators")] == 0.0
+    # A depthwise workload's configs are the direct path's: its knobs are features too.
+    dw = conv(RESNET, out_channels=64, groups=64, data_layout="nhwc")
+    configs = template.seed_configs(dw, target)
+    z = fs.matrix(dw, target, configs)
+    assert np.isfinite(z).all() and (z[:, fs.names.index("dw_wb")] > 0).all()
+    assert z[0, fs.names.index("dw_accumulators")] == configs[0]["WB"]
 
 
 # --- the API and the CLI -------------------------------------------------------------------------

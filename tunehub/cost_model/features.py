@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tunehub.core import Config, KnobValue, Target, Workload
+from tunehub.core.operators import Conv2d
 from tunehub.core.workload import DTYPE_BYTES
 
 Matrix = npt.NDArray[np.float64]
@@ -527,7 +528,10 @@ CONV_OWN_NAMES = (
     "log2_batch", "log2_groups", "depthwise", "taps", "stride", "dilated", "nhwc", "pointwise",
     "log2_channels_per_group",
 )  # fmt: skip
-BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill")
+# The depthwise path's knobs (blis_depthwise; 0 for implicit-GEMM configs): channels per unit
+# in vectors, the micro-tile's width and accumulators, and the rows per unit as a share of OH.
+DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
+BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
 TRITON_CONV_NAMES = (*TRITON_NAMES, *CONV_OWN_NAMES)
 
 
@@ -571,6 +575,29 @@ def _blis_conv(workload: Workload, target: Target, configs: Sequence[Config]) ->
     threads = np.maximum(_knob(configs, "threads", 1), 1.0)
     units = problems * np.where(problems < threads, _ceil_div(threads, problems), 1.0)
     out["unit_fill"] = units / (_ceil_div(units, threads) * threads)
+    # Depthwise configs (CB, WB, RB): units are (image, channel block or plane, row block).
+    direct = np.array([("WB" in c) for c in configs], dtype=np.float64)
+    nhwc = workload.param("data_layout") == "nhwc"
+    lanes = np.array(
+        [
+            BLIS_VECTOR_BYTES.get(i, 16) / DTYPE_BYTES[workload.dtype]
+            for i in _strings(configs, "ISA")
+        ],
+        dtype=np.float64,
+    )
+    cb, wb, rb = _knob(configs, "CB", 1), _knob(configs, "WB", 0), _knob(configs, "RB", 1)
+    oh = float(Conv2d.output_hw(workload)[0])
+    vectors = cb / lanes if nhwc else np.ones(len(configs))
+    out["dw_cb_vectors"] = direct * vectors
+    out["dw_wb"] = direct * wb
+    out["dw_accumulators"] = direct * wb * vectors
+    out["dw_rb_share"] = direct * np.minimum(rb, oh) / oh
+    if direct.any():
+        out_channels = float(workload.param("out_channels"))
+        blocks = _ceil_div(out_channels, cb) if nhwc else np.full(len(configs), out_channels)
+        dw_units = batch * blocks * _ceil_div(oh, rb)
+        fill = dw_units / (_ceil_div(dw_units, threads) * threads)
+        out["unit_fill"] = np.where(direct > 0, fill, out["unit_fill"])
     return out
 
 
@@ -636,7 +663,8 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     "triton.grouped_mm": FeatureSet(
         "triton.grouped_mm", 1, TRITON_GROUPED_NAMES, _triton_grouped, consensus=1
     ),
-    "blis.conv2d": FeatureSet("blis.conv2d", 1, BLIS_CONV_NAMES, _blis_conv, consensus=20),
+    # 2: the depthwise path's knobs (DEPTHWISE_NAMES) and its units' fill.
+    "blis.conv2d": FeatureSet("blis.conv2d", 2, BLIS_CONV_NAMES, _blis_conv, consensus=20),
     "triton.conv2d": FeatureSet("triton.conv2d", 1, TRITON_CONV_NAMES, _triton_conv, consensus=1),
 }
 

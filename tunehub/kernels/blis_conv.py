@@ -18,6 +18,11 @@ unfolded into memory (no im2col): the packing routines gather them from the imag
 - A 1x1 filter with stride 1 and no padding is a plain GEMM on the input as it is stored:
   blis.gemm's packing reads it directly.
 
+- Depthwise (``groups == in_channels``, any channel multiplier): not a GEMM worth tiling (one
+  output column per group), so the template's space for such a workload is the direct path's
+  (``blis_depthwise``: a padded buffer per unit, vectors over channels in nhwc and along the
+  output row in nchw; knobs ISA, CB, WB, RB, threads) and ``compile`` builds that unit.
+
 Threads (``threads``): the GEMMs (groups, and images for nchw) are split into units, each a
 range of MR-aligned rows of one GEMM, as many as needed to give every thread one; each thread
 runs the serial loop nest on its units with its own packing buffers (no barriers). ``PAR``
@@ -36,6 +41,7 @@ True
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import secrets
 import time
 from pathlib import Path
@@ -54,6 +60,13 @@ from tunehub.kernels.blis_codegen import (
     _transpose,
     generate_source,
 )
+from tunehub.kernels.blis_depthwise import (
+    DepthwiseParams,
+    DepthwiseSpace,
+    depthwise_params,
+    generate_depthwise_source,
+    is_depthwise,
+)
 from tunehub.kernels.blis_gemm import (
     PACKED_PREFETCHES,
     BenchResult,
@@ -61,7 +74,9 @@ from tunehub.kernels.blis_gemm import (
     GemmKernel,
     KernelError,
     _SpaceModel,
+    available_isas,
     params_for,
+    vector_registers,
 )
 from tunehub.kernels.build import BuiltLibrary, build_shared_library
 from tunehub.kernels.conv2d_reference import (
@@ -361,6 +376,9 @@ class ConvKernel(GemmKernel):
 
     def __init__(self, params: BlisParams, library: BuiltLibrary | Path) -> None:
         super().__init__(params, library)
+        self._bind_conv()
+
+    def _bind_conv(self) -> None:
         self._conv = self._lib.tunehub_conv
         self._conv.argtypes = [_PTR, _PTR, _PTR]
         self._conv.restype = ctypes.c_int
@@ -374,8 +392,12 @@ class ConvKernel(GemmKernel):
             if array.shape != shape or array.dtype != self.dtype or not array.flags.c_contiguous:
                 raise ValueError(f"{name} must be a C-contiguous {shape} {self.dtype} array")
         d = conv_dims(workload)
-        shape = np.array([d[name] for name in SHAPE_FIELDS], dtype=np.int64)
-        self._set_shape(shape.ctypes.data)
+        self._check_shape(workload, d)
+        fields = np.array([d[name] for name in SHAPE_FIELDS], dtype=np.int64)
+        self._set_shape(fields.ctypes.data)
+
+    def _check_shape(self, workload: Workload, dims: dict[str, int]) -> None:
+        """The implicit-GEMM unit runs any shape of its layout."""
 
     def conv(self, workload: Workload, x: Array, w: Array, y: Array) -> Array:
         """``y = conv2d(x, w)`` for ``workload``'s shape (arrays as its layout stores them)."""
@@ -413,12 +435,34 @@ class ConvKernel(GemmKernel):
         )
 
 
+class DepthwiseKernel(ConvKernel):
+    """A compiled depthwise unit (blis_depthwise) for one (config, dtype, layout, filter width,
+    stride and dilation along W); any other depthwise shape per call."""
+
+    def __init__(self, params: DepthwiseParams, library: BuiltLibrary | Path) -> None:
+        self.depthwise = params
+        self._open(library, params.dtype, False)
+        self._bind_conv()
+
+    def _check_shape(self, workload: Workload, dims: dict[str, int]) -> None:
+        p = self.depthwise
+        got = (is_depthwise(workload), is_nhwc(workload), dims["kernel_w"], dims["stride_w"],
+               dims["dilation_w"])  # fmt: skip
+        if got != (True, p.nhwc, p.kernel_w, p.stride_w, p.dilation_w):
+            raise ValueError(
+                f"this kernel runs depthwise {'nhwc' if p.nhwc else 'nchw'} convolutions with "
+                f"kernel_w={p.kernel_w}, stride_w={p.stride_w}, dilation_w={p.dilation_w}; "
+                f"got {workload.label}"
+            )
+
+
 class BlisConv2dTemplate(BlisGemmTemplate):
     """``blis.conv2d``: see the module docstring."""
 
     name = "blis.conv2d"
     baseline_template = "torch.conv2d"
-    version = 1
+    # 2: depthwise workloads run the direct path (its own knobs) instead of implicit GEMM.
+    version = 2
     device_kind = "cpu"
 
     def capabilities(self, target: Target) -> Capabilities:
@@ -431,7 +475,17 @@ class BlisConv2dTemplate(BlisGemmTemplate):
             epilogues=("none",),
         )
 
+    def _depthwise(self, workload: Workload, target: Target) -> DepthwiseSpace:
+        isas = available_isas(target)
+        return DepthwiseSpace(
+            workload, target, isas, {isa: vector_registers(isa, target) for isa in isas}
+        )
+
     def space(self, workload: Workload, target: Target) -> SearchSpace:
+        """blis.gemm's knobs for the implicit GEMM; for a depthwise workload the direct path's
+        (blis_depthwise: ISA, CB, WB, RB, threads)."""
+        if is_depthwise(workload):
+            return self._depthwise(workload, target).space()
         gemm = _SpaceModel(gemm_view(workload), target).space()
         return SearchSpace(
             knobs=gemm.knobs,
@@ -447,11 +501,17 @@ class BlisConv2dTemplate(BlisGemmTemplate):
         )
 
     def default_config(self, workload: Workload, target: Target) -> Config:
-        """blis.gemm's analytical point for the GEMM view (gemm_view), single-threaded."""
+        """blis.gemm's analytical point for the GEMM view (gemm_view), single-threaded; the
+        direct path's for a depthwise workload."""
+        if is_depthwise(workload):
+            return self._depthwise(workload, target).default()
         return _SpaceModel(gemm_view(workload), target).default()
 
     def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
-        """The model's point and the best-fitting tile's, each with one thread and every core."""
+        """The model's point and the best-fitting tile's, each with one thread and every core
+        (depthwise: the direct path's point and a two-vector channel block)."""
+        if is_depthwise(workload):
+            return self._depthwise(workload, target).seeds()
         model = _SpaceModel(gemm_view(workload), target)
         space = self.space(workload, target)
         seeds: list[Config] = []
@@ -463,6 +523,14 @@ class BlisConv2dTemplate(BlisGemmTemplate):
         return seeds
 
     def config_problem(self, workload: Workload, target: Target, config: Config) -> str | None:
+        if is_depthwise(workload):
+            try:
+                params = depthwise_params(workload, config)
+            except ValueError as exc:
+                return str(exc)
+            if params.isa not in available_isas(target):
+                return f"ISA {params.isa} is not available on {target.label}"
+            return None
         problem = super().config_problem(gemm_view(workload), target, config)
         if problem:
             return problem
@@ -471,6 +539,8 @@ class BlisConv2dTemplate(BlisGemmTemplate):
         return None
 
     def source(self, workload: Workload, config: Config) -> str:
+        if is_depthwise(workload):
+            return generate_depthwise_source(depthwise_params(workload, config))
         return generate_conv_source(params_for(gemm_view(workload), config), nhwc=is_nhwc(workload))
 
     def build_library(
@@ -486,13 +556,41 @@ class BlisConv2dTemplate(BlisGemmTemplate):
         )
         return params, library
 
+    def build_depthwise_library(
+        self, workload: Workload, target: Target, config: Config, build_dir: Path
+    ) -> tuple[DepthwiseParams, BuiltLibrary]:
+        problem = self.config_problem(workload, target, config)
+        if problem:
+            raise ValueError(problem)
+        params = depthwise_params(workload, config)
+        flags = ("-fopenmp",) if params.threads > 1 else ()
+        library = build_shared_library(
+            self.source(workload, config), build_dir=build_dir, flags=flags, stem="blis_dwconv"
+        )
+        return params, library
+
+    def _built_params(
+        self, workload: Workload, target: Target, config: Config, build_dir: Path
+    ) -> tuple[dict[str, Any], BuiltLibrary]:
+        if is_depthwise(workload):
+            params, library = self.build_depthwise_library(workload, target, config, build_dir)
+            return dataclasses.asdict(params), library
+        return super()._built_params(workload, target, config, build_dir)
+
     def compile(
         self, workload: Workload, target: Target, config: Config, build_dir: Path
     ) -> ConvKernel:
+        if is_depthwise(workload):
+            return DepthwiseKernel(
+                *self.build_depthwise_library(workload, target, config, build_dir)
+            )
         return ConvKernel(*self.build_library(workload, target, config, build_dir))
 
     def load(self, artifact: Any) -> ConvKernel:
-        return ConvKernel(BlisParams(**artifact.data["params"]), Path(artifact.path))
+        data = artifact.data["params"]
+        if "wb" in data:
+            return DepthwiseKernel(DepthwiseParams(**data), Path(artifact.path))
+        return ConvKernel(BlisParams(**data), Path(artifact.path))
 
     def _verify_and_time(
         self,

@@ -380,10 +380,15 @@ class GemmKernel:
 
     def __init__(self, params: BlisParams, library: BuiltLibrary | Path) -> None:
         self.params = params
+        self._open(library, params.dtype, params.epilogue in ("bias", "bias_relu"))
+
+    def _open(self, library: BuiltLibrary | Path, dtype: str, has_bias: bool) -> None:
+        """Load the library and bind the entry points every generated unit has (tunehub_gemm,
+        tunehub_bench, tunehub_release)."""
         self.path = library.path if isinstance(library, BuiltLibrary) else Path(library)
         self.library = library if isinstance(library, BuiltLibrary) else None
-        self.dtype = np.dtype(params.dtype)
-        self.has_bias = params.epilogue in ("bias", "bias_relu")
+        self.dtype = np.dtype(dtype)
+        self.has_bias = has_bias
         self._lib = ctypes.CDLL(str(self.path))
         self._gemm = self._lib.tunehub_gemm
         self._gemm.argtypes = [_I64, _I64, _I64, _PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR]
@@ -614,6 +619,13 @@ class BlisGemmTemplate(Template):
         )
         return params, library
 
+    def _built_params(
+        self, workload: Workload, target: Target, config: Config, build_dir: Path
+    ) -> tuple[dict[str, Any], BuiltLibrary]:
+        """build_library, with the parameters as the artifact stores them (what load reads)."""
+        params, library = self.build_library(workload, target, config, build_dir)
+        return dataclasses.asdict(params), library
+
     def compile(
         self, workload: Workload, target: Target, config: Config, build_dir: Path
     ) -> GemmKernel:
@@ -632,7 +644,7 @@ class BlisGemmTemplate(Template):
             raise BuildFailed(MeasureStatus.INVALID, problem, environment=environment)
         start = time.perf_counter()
         try:
-            params, lib = self.build_library(
+            params, lib = self._built_params(
                 request.workload, request.target, request.config, build_dir
             )
         except (BuildError, ValueError) as exc:
@@ -650,7 +662,7 @@ class BlisGemmTemplate(Template):
             template=self.name,
             key=lib.key,
             path=str(lib.path),
-            data={"params": dataclasses.asdict(params)},
+            data={"params": params},
             compile_secs=lib.compile_secs,
             cached=lib.cached,
             environment=environment,
