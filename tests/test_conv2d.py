@@ -133,13 +133,14 @@ def test_depthwise_conv2d_runs_the_direct_path_and_matches_the_reference(
         dtype, threads = ("float32", 1) if i % 2 == 0 else ("float64", 2)
         w = conv(SMALL, data_layout=layout, dtype=dtype, **case)
         space = template.space(w, target)
-        assert set(space.names) == {"ISA", "CB", "WB", "RB", "threads"}
+        assert set(space.names) == {"ISA", "CB", "WB", "RR", "RB", "threads"}
         default = template.default_config(w, target)
         assert space.is_valid(default)
         assert all(space.is_valid(c) for c in template.seed_configs(w, target))
-        # Two rows a unit; tiles that end past the row (moved back) or are wider than it (37,
+        # Four rows a unit; tiles that end past the row (moved back) or are wider than it (37,
         # 6 and 1 output columns); the widest channel block (a partial one).
-        config = default.replace(threads=threads, RB=2, WB=4 if layout == "nhwc" else 2)
+        config = default.replace(threads=threads, RB=4, WB=4 if layout == "nhwc" else 2)
+        config = config.replace(RR=1 if layout == "nhwc" else 3)  # a group of 3 rows and 1
         config = max(
             (config.replace(CB=cb) for cb in space.knobs[1].values),
             key=lambda c: int(c["CB"]) if space.is_valid(c.replace(threads=1)) else 0,
@@ -150,7 +151,7 @@ def test_depthwise_conv2d_runs_the_direct_path_and_matches_the_reference(
         np.testing.assert_allclose(y, reference_conv(x, f, w), rtol=1e-4, atol=1e-4)
         assert check_conv(y, x, f, w, rng)[0]
     dense = conv(SMALL, data_layout=layout)
-    refusal = r"runs depthwise \w+ convolutions with kernel_w=3, stride_w=1, dilation_w=1"
+    refusal = r"runs depthwise \w+ convolutions with kernel_h=3, .* dilation_w=1; got"
     with pytest.raises(ValueError, match=refusal):
         kernel.conv(dense, *conv_operands(dense, rng), conv_output(dense))
 

@@ -529,7 +529,8 @@ CONV_OWN_NAMES = (
     "log2_channels_per_group",
 )  # fmt: skip
 # The depthwise path's knobs (blis_depthwise; 0 for implicit-GEMM configs): channels per unit
-# in vectors, the micro-tile's width and accumulators, and the rows per unit as a share of OH.
+# in vectors, the micro-tile's width and accumulators (WB x CB vectors in nhwc, RR rows x WB
+# vectors in nchw), and the rows per unit as a share of OH.
 DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
 BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
 TRITON_CONV_NAMES = (*TRITON_NAMES, *CONV_OWN_NAMES)
@@ -590,7 +591,7 @@ def _blis_conv(workload: Workload, target: Target, configs: Sequence[Config]) ->
     vectors = cb / lanes if nhwc else np.ones(len(configs))
     out["dw_cb_vectors"] = direct * vectors
     out["dw_wb"] = direct * wb
-    out["dw_accumulators"] = direct * wb * vectors
+    out["dw_accumulators"] = direct * wb * (vectors if nhwc else _knob(configs, "RR", 1))
     out["dw_rb_share"] = direct * np.minimum(rb, oh) / oh
     if direct.any():
         out_channels = float(workload.param("out_channels"))

@@ -446,13 +446,13 @@ class DepthwiseKernel(ConvKernel):
 
     def _check_shape(self, workload: Workload, dims: dict[str, int]) -> None:
         p = self.depthwise
-        got = (is_depthwise(workload), is_nhwc(workload), dims["kernel_w"], dims["stride_w"],
-               dims["dilation_w"])  # fmt: skip
-        if got != (True, p.nhwc, p.kernel_w, p.stride_w, p.dilation_w):
+        filt = ("kernel_h", "stride_h", "dilation_h", "kernel_w", "stride_w", "dilation_w")
+        got = (is_depthwise(workload), is_nhwc(workload), *(dims[f] for f in filt))
+        if got != (True, p.nhwc, *(getattr(p, f) for f in filt)):
             raise ValueError(
                 f"this kernel runs depthwise {'nhwc' if p.nhwc else 'nchw'} convolutions with "
-                f"kernel_w={p.kernel_w}, stride_w={p.stride_w}, dilation_w={p.dilation_w}; "
-                f"got {workload.label}"
+                + ", ".join(f"{f}={getattr(p, f)}" for f in filt)
+                + f"; got {workload.label}"
             )
 
 

@@ -54,7 +54,8 @@ WB_NHWC = (1, 2, 3, 4, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28)
 WB_NCHW = (1, 2, 3, 4, 6, 8, 12)
 RB_LADDER = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_ACCUMULATORS = 8
-DEPTHWISE_KNOBS = ("ISA", "CB", "WB", "RB", "threads")
+DEPTHWISE_KNOBS = ("ISA", "CB", "WB", "RR", "RB", "threads")
+RR_NCHW = (1, 2, 3, 4, 6, 8)
 
 
 def is_depthwise(workload: Workload) -> bool:
@@ -83,6 +84,10 @@ class DepthwiseParams:
     kernel_w: int
     stride_w: int
     dilation_w: int
+    kernel_h: int
+    stride_h: int
+    dilation_h: int
+    rr: int = 1
     epilogue: str = "none"
 
     def __post_init__(self) -> None:
@@ -99,7 +104,8 @@ class DepthwiseParams:
             return f"unsupported dtype {self.dtype!r}"
         if self.isa not in ISA_VECTOR_BYTES:
             return f"unknown ISA {self.isa!r}"
-        for name in ("cb", "wb", "rb", "threads", "kernel_w", "stride_w", "dilation_w"):
+        for name in ("cb", "wb", "rr", "rb", "threads", "kernel_w", "stride_w", "dilation_w",
+                     "kernel_h", "stride_h", "dilation_h"):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 return f"{name.upper()} must be a positive integer, got {value!r}"
@@ -107,10 +113,12 @@ class DepthwiseParams:
             return f"CB={self.cb} is not a multiple of the {self.isa} vector length {self.vl}"
         if not self.nhwc and self.cb != 1:
             return f"CB must be 1 for nchw (one plane per unit), got {self.cb}"
+        if self.nhwc and self.rr != 1:
+            return f"RR must be 1 for nhwc (a micro-tile is one output row), got {self.rr}"
         return None
 
     def accumulators(self) -> int:
-        return self.wb * (self.cb // self.vl if self.nhwc else 1)
+        return self.wb * (self.cb // self.vl if self.nhwc else self.rr)
 
 
 def depthwise_params(workload: Workload, config: Config) -> DepthwiseParams:
@@ -129,6 +137,10 @@ def depthwise_params(workload: Workload, config: Config) -> DepthwiseParams:
         kernel_w=d["kernel_w"],
         stride_w=d["stride_w"],
         dilation_w=d["dilation_w"],
+        kernel_h=d["kernel_h"],
+        stride_h=d["stride_h"],
+        dilation_h=d["dilation_h"],
+        rr=config.typed_get("RR", 0),
     )
 
 
@@ -141,6 +153,8 @@ class DepthwiseSpace:
     - WB: accumulators plus one input vector fit the registers (the filter vectors may be
       re-read from L1); the default takes the widest tile that also keeps a filter row in
       registers, scored by the outputs recomputed at the row's end.
+    - RR (nchw): output rows a micro-tile (RR x WB vectors of accumulators): a buffer row
+      loaded once serves every (output row, filter row) pair that reads it.
     - RB: the padded buffer (input rows of RB output rows plus the halo, CB channels, padded
       width) is kept within L2/2 by the default.
     """
@@ -158,6 +172,7 @@ class DepthwiseSpace:
         self.threads = tuple(sorted({1, cores}))
         oh = self.d["oh"]
         self.rbs = tuple(sorted({r for r in RB_LADDER if r < oh} | {oh}))
+        self.rrs = (1,) if self.nhwc else tuple(r for r in RR_NCHW if r <= oh)
 
     def _cbs(self, isa: str) -> tuple[int, ...]:
         if not self.nhwc:
@@ -166,8 +181,8 @@ class DepthwiseSpace:
         channels = math.ceil(self.d["out_channels"] / vl)
         return tuple(vl * v for v in CB_VECTORS if v <= max(1, channels))
 
-    def _fits(self, isa: str, cb: int, wb: int) -> bool:
-        vectors = cb // vector_length(isa, self.workload.dtype) if self.nhwc else 1
+    def _fits(self, isa: str, cb: int, wb: int, rr: int) -> bool:
+        vectors = cb // vector_length(isa, self.workload.dtype) if self.nhwc else rr
         return wb * vectors + 1 <= self.registers[isa]
 
     def space(self) -> SearchSpace:
@@ -178,14 +193,15 @@ class DepthwiseSpace:
             Knob("ISA", self.isas),
             Knob("CB", tuple(cbs)),
             Knob("WB", wbs),
+            Knob("RR", self.rrs),
             Knob("RB", self.rbs),
             Knob("threads", self.threads),
         )
         constraints = (
             KnobConstraint(("ISA", "CB"), lambda c: c["CB"] in allowed[str(c["ISA"])]),
             KnobConstraint(
-                ("ISA", "CB", "WB"),
-                lambda c: self._fits(str(c["ISA"]), int(c["CB"]), int(c["WB"])),
+                ("ISA", "CB", "WB", "RR"),
+                lambda c: self._fits(str(c["ISA"]), int(c["CB"]), int(c["WB"]), int(c["RR"])),
             ),
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
@@ -225,9 +241,17 @@ class DepthwiseSpace:
             return tiles * span / ow + 1.0 / wb
 
         wb = min(fits, key=waste)
+        rr = 1
+        if not self.nhwc:
+            # nchw: one vector and as many output rows as keep the accumulators and a filter
+            # column (KH broadcasts) in the registers (7x7 at 56x56x96 on Zen 4: 8 rows x 1
+            # vector ran 1.8x 1 row x 2 vectors, 1.37x 4 rows x 1 vector).
+            kh = self.d["kernel_h"]
+            wb = 1
+            rr = max(r for r in self.rrs if r <= DEFAULT_ACCUMULATORS and r + kh + 1 <= regs)
         l2 = self.target.l2_bytes or (1 << 20)
         rb = max([r for r in self.rbs if self.buffer_bytes(cb, r) <= l2 // 2] or [self.rbs[0]])
-        return Config({"ISA": isa, "CB": cb, "WB": wb, "RB": rb, "threads": 1})
+        return Config({"ISA": isa, "CB": cb, "WB": wb, "RR": rr, "RB": rb, "threads": 1})
 
     def seeds(self) -> list[Config]:
         base = self.default()
@@ -351,30 +375,73 @@ static int dw_unit(const conv_t *cv, const T *x, const T *wt, T *y, int64_t b, i
 """
 
 
-def _nchw_tile(p: DepthwiseParams, vectors: int) -> str:
-    """tile_<vectors>: ``vectors`` x VL output pixels of one row of one plane."""
+def _nchw_tile(p: DepthwiseParams, rows: int, vectors: int) -> str:
+    """tile_<rows>_<vectors>: ``rows`` output rows x ``vectors`` x VL pixels of one plane.
+    Filter column by filter column (unrolled): its KH weights are broadcast once, and each
+    buffer row the tile reads is loaded once for every (output row, filter row) that reads
+    it (KH, SH, DH are compiled in)."""
     vl = p.vl
-    kw, sw, dw = p.kernel_w, p.stride_w, p.dilation_w
-    lines = [f"V a{v} = {{0}};" for v in range(vectors)]
-    body = ["const T *wk = wt + kh * KW;", "const T *in = row + kh * kh_step;"]
-    for t in range(kw):
-        phase, off = (t * dw) % sw, (t * dw) // sw
-        body.append(f"{{ V w = (V){{0}} + wk[{t}]; const T *s = in + {phase} * phase_step + {off};")
-        body += [f"  a{v} += *(const VU *)(s + {v * vl}) * w;" for v in range(vectors)]
+    kh_n, sh, dh = p.kernel_h, p.stride_h, p.dilation_h
+    lines = [f"V a{i}_{v} = {{0}};" for i in range(rows) for v in range(vectors)]
+    uses: dict[int, list[tuple[int, int]]] = {}
+    for i in range(rows):
+        for kh in range(kh_n):
+            uses.setdefault(i * sh + kh * dh, []).append((i, kh))
+    body = []
+    for t in range(p.kernel_w):
+        phase, off = (t * p.dilation_w) % p.stride_w, (t * p.dilation_w) // p.stride_w
+        body.append(f"{{ const T *s = row + {phase} * phase_step + {off};")
+        body += [f"  V w{kh} = (V){{0}} + wt[{kh * p.kernel_w + t}];" for kh in range(kh_n)]
+        for r in sorted(uses):
+            for v in range(vectors):
+                body.append(f"  {{ V x = *(const VU *)(s + {r} * lp + {v * vl});")
+                body += [f"    a{i}_{v} += x * w{kh};" for i, kh in uses[r]]
+                body.append("  }")
         body.append("}")
-    stores = [f"*(VU *)(out + {v * vl}) = a{v};" for v in range(vectors)]
+    stores = [
+        f"*(VU *)(out + {i} * ldo + {v * vl}) = a{i}_{v};"
+        for i in range(rows)
+        for v in range(vectors)
+    ]
     nl = "\n    "
-    nl2 = "\n        "
     return f"""
-static inline __attribute__((always_inline)) void tile_{vectors}(
-    const T *restrict row, const T *restrict wt, int64_t kh_n, int64_t kh_step,
-    int64_t phase_step, T *out)
+static inline __attribute__((always_inline)) void tile_{rows}_{vectors}(
+    const T *restrict row, const T *restrict wt, int64_t lp, int64_t phase_step, T *out,
+    int64_t ldo)
 {{
     {nl.join(lines)}
-    for (int64_t kh = 0; kh < kh_n; ++kh) {{
-        {nl2.join(body)}
-    }}
+    {nl.join(body)}
     {nl.join(stores)}
+}}
+"""
+
+
+def _nchw_rows(rows: int) -> str:
+    """row_group_<rows>: ``rows`` output rows of a plane, tile by tile along them (the last
+    tile moved back to end at the row's end; rows narrower than a vector through a buffer)."""
+    return f"""
+static void row_group_{rows}(const T *row, const T *w, int64_t lp, int64_t phase_step,
+                           T *yrow, int64_t ow)
+{{
+    int64_t span = WB * VL;
+    if (ow >= span) {{
+        for (int64_t ow0 = 0;; ow0 += span) {{
+            if (ow0 + span > ow) ow0 = ow - span;
+            tile_{rows}_WB(row + ow0, w, lp, phase_step, yrow + ow0, ow);
+            if (ow0 + span == ow) break;
+        }}
+    }} else if (ow >= VL) {{
+        for (int64_t ow0 = 0;; ow0 += VL) {{
+            if (ow0 + VL > ow) ow0 = ow - VL;
+            tile_{rows}_1(row + ow0, w, lp, phase_step, yrow + ow0, ow);
+            if (ow0 + VL == ow) break;
+        }}
+    }} else {{
+        T tmp[{rows} * VL] __attribute__((aligned(64)));
+        tile_{rows}_1(row, w, lp, phase_step, tmp, VL);
+        for (int64_t i = 0; i < {rows}; ++i)
+            memcpy(yrow + i * ow, tmp + i * VL, sizeof(T) * (size_t)ow);
+    }}
 }}
 """
 
@@ -384,14 +451,14 @@ _NCHW_UNIT = r"""
 static int dw_unit(const conv_t *cv, const T *x, const T *wt, T *y, int64_t b, int64_t o,
                    int64_t r0, int64_t r1)
 {
-    int64_t mult = cv->oc / cv->groups, taps = cv->kh * KW;
+    int64_t mult = cv->oc / cv->groups, taps = KH * KW;
     int64_t owr = cv->ow > VL ? cv->ow : VL;
     int64_t lp = owr + ((KW - 1) * DW) / SW + 1;
-    int64_t rows = (r1 - 1 - r0) * cv->sh + (cv->kh - 1) * cv->dh + 1;
+    int64_t rows = (r1 - 1 - r0) * SH + (KH - 1) * DH + 1;
     T *buf = scratch((size_t)SW * rows * lp);
     if (!buf) return -1;
     const T *plane = x + (b * cv->ic + o / mult) * cv->h * cv->w;
-    int64_t ih0 = r0 * cv->sh - cv->ph;
+    int64_t ih0 = r0 * SH - cv->ph;
     for (int64_t p = 0; p < SW; ++p)
         for (int64_t r = 0; r < rows; ++r) {
             int64_t ih = ih0 + r;
@@ -416,28 +483,13 @@ static int dw_unit(const conv_t *cv, const T *x, const T *wt, T *y, int64_t b, i
             }
         }
     const T *w = wt + o * taps;
-    int64_t kh_step = cv->dh * lp, phase_step = rows * lp, span = WB * VL;
-    for (int64_t oh = r0; oh < r1; ++oh) {
-        const T *row = buf + (oh - r0) * cv->sh * lp;
-        T *yrow = y + ((b * cv->oc + o) * cv->oh + oh) * cv->ow;
-        if (cv->ow >= span) {
-            for (int64_t ow0 = 0;; ow0 += span) {
-                if (ow0 + span > cv->ow) ow0 = cv->ow - span;
-                tile_WB(row + ow0, w, cv->kh, kh_step, phase_step, yrow + ow0);
-                if (ow0 + span == cv->ow) break;
-            }
-        } else if (cv->ow >= VL) {
-            for (int64_t ow0 = 0;; ow0 += VL) {
-                if (ow0 + VL > cv->ow) ow0 = cv->ow - VL;
-                tile_1(row + ow0, w, cv->kh, kh_step, phase_step, yrow + ow0);
-                if (ow0 + VL == cv->ow) break;
-            }
-        } else {
-            T tmp[VL] __attribute__((aligned(64)));
-            tile_1(row, w, cv->kh, kh_step, phase_step, tmp);
-            memcpy(yrow, tmp, sizeof(T) * (size_t)cv->ow);
-        }
-    }
+    int64_t phase_step = rows * lp, oh = r0;
+    for (; oh + RR <= r1; oh += RR)
+        row_group_RR(buf + (oh - r0) * SH * lp, w, lp, phase_step,
+                     y + ((b * cv->oc + o) * cv->oh + oh) * cv->ow, cv->ow);
+    for (; oh < r1; ++oh)
+        row_group_1(buf + (oh - r0) * SH * lp, w, lp, phase_step,
+                    y + ((b * cv->oc + o) * cv->oh + oh) * cv->ow, cv->ow);
     return 0;
 }
 #define BLOCKS(cv) ((cv)->oc)
@@ -517,7 +569,8 @@ def generate_depthwise_source(p: DepthwiseParams) -> str:
     layout = "nhwc" if p.nhwc else "nchw"
     parts = [
         f"/* generated by tunehub (blis.conv2d depthwise {layout}): {p.dtype} {p.isa} "
-        f"CB={p.cb} WB={p.wb} RB={p.rb} threads={p.threads} KW={p.kernel_w} SW={p.stride_w} "
+        f"CB={p.cb} WB={p.wb} RR={p.rr} RB={p.rb} threads={p.threads} KH={p.kernel_h} "
+        f"KW={p.kernel_w} SH={p.stride_h} SW={p.stride_w} DH={p.dilation_h} "
         f"DW={p.dilation_w} */",
         "#define _GNU_SOURCE",
         *(f"#include <{h}>" for h in headers),
@@ -532,18 +585,25 @@ def generate_depthwise_source(p: DepthwiseParams) -> str:
         f"#define KW {p.kernel_w}",
         f"#define SW {p.stride_w}",
         f"#define DW {p.dilation_w}",
+        f"#define KH {p.kernel_h}",
+        f"#define SH {p.stride_h}",
+        f"#define DH {p.dilation_h}",
+        f"#define RR {p.rr}",
         f"#define THREADS {p.threads}",
         f"#define ABI_VERSION {ABI_VERSION}",
         _HEAD,
     ]
-    tile = _nhwc_tile if p.nhwc else _nchw_tile
-    widths = sorted({1, p.wb})
-    parts += [tile(p, w) for w in widths]
-    if p.wb == 1:
-        parts.append("#define tile_WB tile_1")
-    else:
+    if p.nhwc:
+        parts += [_nhwc_tile(p, w) for w in sorted({1, p.wb})]
         parts.append(f"#define tile_WB tile_{p.wb}")
-    parts.append(_NHWC_UNIT if p.nhwc else _NCHW_UNIT)
+        parts.append(_NHWC_UNIT)
+    else:
+        for rows in sorted({1, p.rr}):
+            parts += [_nchw_tile(p, rows, v) for v in sorted({1, p.wb})]
+            parts.append(f"#define tile_{rows}_WB tile_{rows}_{p.wb}")
+            parts.append(_nchw_rows(rows))
+        parts.append(f"#define row_group_RR row_group_{p.rr}")
+        parts.append(_NCHW_UNIT)
     parts.append(_DRIVER)
     timer = _TIMER.replace("tl_a = 0;", "tl_a = 0;\n        tl_a_cap = 0;")
     parts.append(timer)
