@@ -129,6 +129,47 @@ def test_the_kernel_matches_the_reference_and_pytorch(
     assert torch.allclose(ref, sdpa, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("q_len", "kv_len", "causal", "block_m", "block_n", "loads"),
+    [
+        (40, 24, True, 16, 16, "tma"),  # rows past kv_len, boxes past both ends zero-filled
+        (37, 45, True, 16, 32, "tma"),  # BLOCK_N > BLOCK_M: one block spans two diagonals
+        (48, 64, False, 32, 16, "tma"),  # no masked loop at all (even kv_len, not causal)
+        (37, 45, True, 32, 16, "ws"),  # the warp-specialised single loop, every block masked
+        (33, 40, False, 16, 16, "ws"),  # ... with a partial last key block
+        (64, 64, True, 16, 32, "ptr"),  # diagonal blocks only masked, full blocks not
+    ],
+)
+def test_the_tma_and_warp_specialised_loops_match_the_reference(
+    q_len: int, kv_len: int, causal: bool, block_m: int, block_n: int, loads: str
+) -> None:
+    w = attention(m=q_len, n=kv_len, causal=causal, batch=1, heads=2)
+    ops = ak.operands(w, torch.device("cpu"), seed=q_len + kv_len)
+    config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4, "num_stages": 2,
+              "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws"}  # fmt: skip
+    ak.bind(ops.q, ops.k, ops.v, ops.out, causal=causal, config=config)()
+    check = ak.check(ops.out, ak.reference(ops), "float16")
+    assert check.ok, check.message
+
+
+def test_bind_refuses_what_the_kernel_cannot_take() -> None:
+    w = attention(m=16, n=16, batch=1, heads=1)
+    ops = ak.operands(w, torch.device("cpu"), seed=3)
+    base = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+    with pytest.raises(ValueError, match="WARP_SPECIALIZE needs TMA"):
+        ak.bind(
+            ops.q, ops.k, ops.v, ops.out, causal=False, config={**base, "WARP_SPECIALIZE": True}
+        )
+    with pytest.raises(ValueError, match="lacks"):
+        ak.bind(ops.q, ops.k, ops.v, ops.out, causal=False, config={"BLOCK_M": 16})
+    # Rows 65 elements apart (130 bytes) are no 16-byte multiple: TMA cannot step them.
+    wide = torch.zeros((1, 1, 16, 65), dtype=torch.float16)[..., :64]
+    with pytest.raises(ValueError, match="16-byte"):
+        ak.bind(wide, ops.k, ops.v, ops.out, causal=False, config={**base, "TMA": True})
+    ak.bind(wide, ops.k, ops.v, ops.out, causal=False, config=base)()  # pointer loads can
+    assert torch.isfinite(ops.out).all()
+
+
 def test_the_check_fails_unwritten_rows_and_a_wrong_mask() -> None:
     w = attention(m=24, n=24, causal=True, batch=1, heads=1)
     ops = ak.operands(w, torch.device("cpu"), seed=7)
@@ -160,18 +201,50 @@ def test_the_space_fits_the_sequence_and_the_device() -> None:
     long = attention(m=8192, n=8192, k=128, heads=32, causal=True)
     configs = tmpl.space(long, H100).points
     assert {int(c["num_stages"]) for c in configs} == {1, 2, 3, 4, 5}
-    too_big = Config({"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 2, "num_stages": 1})
+    off = {"TMA": False, "WARP_SPECIALIZE": False}
+    too_big = Config({"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 2, "num_stages": 1, **off})
     assert "registers" in (tmpl.invalid_reason(long, H100, too_big) or "")
-    deep = Config({"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 5})
+    deep = Config({"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 5, **off})
     assert "shared memory" in (tmpl.invalid_reason(long, H100, deep) or "")
     assert all(c in configs for c in tmpl.seed_configs(long, H100))
+
+
+def test_hopper_adds_tma_and_warp_specialisation_to_the_space_and_seeds() -> None:
+    tmpl = get_template("triton.attention")
+    long = attention(m=4096, n=4096, k=128, heads=32, causal=True)
+    ampere = {"compute_capability": 80, "smem_per_block_bytes": 166912}
+    a100 = Target(kind="cuda", name="A100", arch=("sm_80",), cores=108, properties=ampere)
+    hopper = tmpl.space(long, H100).points
+    assert {(c["TMA"], c["WARP_SPECIALIZE"]) for c in hopper} == {
+        (False, False), (True, False), (True, True)
+    }  # fmt: skip
+    # Triton 3.6 specialises only a TMA-fed loop of 4 warps (the rest compile the plain loop).
+    assert all(c["num_warps"] == 4 for c in hopper if c["WARP_SPECIALIZE"])
+    assert {(c["TMA"], c["WARP_SPECIALIZE"]) for c in tmpl.space(long, a100).points} == {
+        (False, False)
+    }  # fmt: skip
+    default = tmpl.default_config(long, H100)
+    assert default["TMA"] and not default["WARP_SPECIALIZE"] and default["BLOCK_M"] == 128
+    assert not tmpl.default_config(long, a100)["TMA"]
+    seeds = tmpl.seed_configs(long, H100)
+    assert any(c["WARP_SPECIALIZE"] for c in seeds) and all(c in hopper for c in seeds)
+    ws8 = Config({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2,
+                  "TMA": True, "WARP_SPECIALIZE": True})  # fmt: skip
+    assert "num_warps=4" in (tmpl.invalid_reason(long, H100, ws8) or "")
+    tma = Config({**default.to_dict()})
+    assert "sm_90" in (tmpl.invalid_reason(long, a100, tma) or "")
+    assert "missing" in (tmpl.invalid_reason(long, H100, Config({"BLOCK_M": 64})) or "")
+    # A warp-specialised 128 x 128 tile in 3 stages needs 257 KiB on sm_90 (measured): out.
+    big = Config({**ws8.to_dict(), "num_warps": 4, "BLOCK_N": 128, "num_stages": 3})
+    assert "shared memory" in (tmpl.invalid_reason(long, H100, big) or "")
 
 
 def test_triton_attention_and_sdpa_measure_checked_times(tmp_path: Path) -> None:
     w = attention(m=33, n=40, causal=True)
     timing = TimingPolicy(min_secs=0.01, max_repeats=2)
     tmpl = get_template("triton.attention")
-    config = Config({"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2})
+    config = Config({"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2,
+                     "TMA": True, "WARP_SPECIALIZE": False})  # fmt: skip
     result = tmpl.measure(request("triton.attention", w, config), build_dir=tmp_path, timing=timing)
     assert result.status is MeasureStatus.OK, result.error
     assert result.repeat_secs and result.environment["relative_error"] < 3e-3

@@ -1,13 +1,21 @@
 """The ``triton.attention`` template: a flash-attention forward in Triton, its space, build, run.
 
 The kernel (``triton_attention_kernels``) runs one program per BLOCK_M query rows of one
-(batch, head), walking the keys BLOCK_N at a time with an online softmax. Knobs: ``BLOCK_M``
-and ``BLOCK_N`` (the query and key tiles), ``num_warps``, and ``num_stages`` (how deep the
-key loop's loads are pipelined). The space keeps tiles no larger than the sequence lengths
-need and leaves out configs whose shared memory (Q's tile, and K's and V's per stage) does not
-fit the device's or whose register estimate (the output accumulator and the score tile per
-thread) is far past what a thread holds. This module imports neither torch nor Triton at
-import time; ``run`` does, in the GPU's run sandbox (or on the CPU under TRITON_INTERPRET=1).
+(batch, head), walking the keys BLOCK_N at a time with an online softmax in base 2; only the
+key blocks on the causal diagonal or past the end are masked, and blocks above the diagonal
+are never read. Knobs: ``BLOCK_M`` and ``BLOCK_N`` (the query and key tiles), ``num_warps``,
+``num_stages`` (how deep the key loop's loads are pipelined), and on Hopper and later ``TMA``
+(Q, K, V and O through tensor descriptors made in the kernel) and, with TMA on sm_90,
+``WARP_SPECIALIZE`` (Triton's warp specialisation of the key loop: a producer warpgroup
+issuing the TMA loads and two consumer warpgroups, 12 warps for ``num_warps=4``).
+
+The space keeps tiles no larger than the sequence lengths need, and leaves out configs whose
+shared memory does not fit the device's or whose register estimate (the output accumulator
+and the score tile per thread) is past what ptxas holds without heavy spills (calibrated on
+sm_90 builds: ``benchmarks/notes/attention_hopper.md``), and warp specialisation where
+Triton 3.6 does not apply it (``num_warps`` other than 4 silently compiles the plain loop).
+This module imports neither torch nor Triton at import time; ``run`` does, in the GPU's run
+sandbox (or on the CPU under TRITON_INTERPRET=1).
 
 >>> from tunehub.core import Target, Workload
 >>> h100 = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132, properties={
@@ -16,9 +24,9 @@ import time; ``run`` does, in the GPU's run sandbox (or on the CPU under TRITON_
 ...     "dtype": "float16", "batch": 4, "heads": 32, "causal": True})
 >>> t = TritonAttentionTemplate()
 >>> c = t.default_config(w, h100)
->>> c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]
-(128, 64, 8, 3)
->>> len(t.space(w, h100)) > 50
+>>> c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"], c["TMA"]
+(128, 64, 8, 3, True)
+>>> len(t.space(w, h100)) > 100
 True
 """
 
@@ -41,7 +49,13 @@ from tunehub.core import (
 )
 from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
-from tunehub.kernels.triton_gemm import _device, _interpreting, _synchronize, device_props
+from tunehub.kernels.triton_gemm import (
+    _device,
+    _interpreting,
+    _synchronize,
+    capability_of,
+    device_props,
+)
 
 BLOCK_MS = (16, 32, 64, 128, 256)
 BLOCK_NS = (16, 32, 64, 128)
@@ -50,39 +64,77 @@ STAGES = (1, 2, 3, 4, 5)
 # Shared memory per block where the fingerprint does not say (an A100's opt-in limit).
 DEFAULT_SMEM = 166912
 # fp32 values a thread may hold for the accumulator and the score tile before the config is
-# left out (a thread has at most 255 registers; past this it spills heavily).
-MAX_VALUES_PER_THREAD = 256
-# Known-good tiles (BLOCK_M, BLOCK_N, num_warps, num_stages) per head_dim, the first that fits
-# being the default: those of Triton's fused-attention tutorial for Hopper and Ampere (facts
-# about its autotune list, not its code), then smaller ones for short sequences.
+# left out. On sm_90 builds (Triton 3.6) 128 per thread compile without spills, 192 spill a
+# little (40-160 bytes of stack when causal) and 256 spill hundreds of bytes.
+MAX_VALUES_PER_THREAD = 192
+# Seeds (BLOCK_M, BLOCK_N, num_warps, num_stages, loads) per head_dim, where loads is "ptr"
+# (pointer loads), "tma" (tensor descriptors) or "ws" (tma with warp specialisation), the
+# first that fits being the default. Hopper's follow what Triton's fused-attention tutorial
+# keeps on sm_90 (BLOCK_M 128, 8 warps for 128 x 128 tiles, 4 below; facts about its autotune
+# list, not its code) and FlashAttention-3's producer/consumer split; then pointer-load tiles
+# for older GPUs; then smaller ones for short sequences.
+HOPPER_SEEDS = {
+    64: (
+        (128, 64, 4, 3, "tma"), (128, 128, 8, 3, "tma"), (128, 128, 4, 3, "ws"),
+        (128, 64, 4, 3, "ws"), (64, 64, 4, 3, "tma"), (128, 64, 8, 3, "tma"),
+    ),
+    128: (
+        (128, 64, 8, 3, "tma"), (128, 128, 8, 2, "tma"), (128, 64, 4, 2, "ws"),
+        (128, 128, 4, 2, "ws"), (128, 64, 4, 3, "ws"), (64, 64, 4, 3, "tma"),
+    ),
+}  # fmt: skip
 SEEDS = {
-    64: ((128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 4), (64, 32, 4, 2)),
-    128: ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 4), (64, 32, 4, 2)),
-}
-SMALL_SEEDS = ((64, 64, 4, 2), (32, 32, 4, 2), (16, 16, 2, 1), (16, 32, 4, 2))
+    64: (
+        (128, 64, 4, 3, "ptr"), (128, 128, 8, 3, "ptr"), (64, 64, 4, 3, "ptr"),
+        (128, 32, 4, 4, "ptr"), (64, 32, 4, 2, "ptr"),
+    ),
+    128: (
+        (128, 64, 8, 3, "ptr"), (128, 128, 8, 2, "ptr"), (64, 64, 4, 3, "ptr"),
+        (128, 32, 8, 4, "ptr"), (64, 32, 4, 2, "ptr"),
+    ),
+}  # fmt: skip
+SMALL_SEEDS = (
+    (64, 64, 4, 2, "ptr"), (32, 32, 4, 2, "ptr"), (16, 16, 2, 1, "ptr"), (16, 32, 4, 2, "ptr"),
+)  # fmt: skip
 
 
 def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, 1 << max(0, math.ceil(math.log2(max(1, n)))))
 
 
+def _on(config: Config, key: str) -> bool:
+    return bool(config.get(key, False))
+
+
 def shared_bytes(config: Config, head_dim: int, elem: int = 2) -> int:
-    """Shared memory the kernel needs: Q's tile, and a K and a V tile per stage."""
+    """Shared memory the kernel needs: Q's tile and a K and a V tile per stage; warp
+    specialisation adds O's staging tile and a K/V handoff (at least 128 rows of O, measured
+    on sm_90 builds: 17-33 KiB), and TMA its barriers."""
     stages = max(1, int(config["num_stages"]))
-    return elem * head_dim * (int(config["BLOCK_M"]) + 2 * stages * int(config["BLOCK_N"]))
+    block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
+    total = elem * head_dim * (block_m + 2 * stages * block_n)
+    if _on(config, "WARP_SPECIALIZE"):
+        total += elem * head_dim * (max(block_m, 128) + block_n)
+    if _on(config, "TMA"):
+        total += 1024
+    return total
 
 
 def values_per_thread(config: Config, head_dim: int) -> float:
-    """fp32 values per thread of the accumulator (BLOCK_M x head_dim) and the scores."""
+    """fp32 values per thread of the accumulator (BLOCK_M x head_dim) and the scores; with
+    warp specialisation two consumer warpgroups (8 warps) hold them."""
     tile = int(config["BLOCK_M"]) * (head_dim + int(config["BLOCK_N"]))
-    return tile / (32 * int(config["num_warps"]))
+    warps = 8 if _on(config, "WARP_SPECIALIZE") else int(config["num_warps"])
+    return tile / (32 * warps)
 
 
 class TritonAttentionTemplate(Template):
     """``triton.attention``: see the module docstring."""
 
     name = "triton.attention"
-    version = 1
+    # 2: masks only on the diagonal and last key blocks, causal tiles launched longest first,
+    # the TMA and WARP_SPECIALIZE knobs (records of version 1 time other code).
+    version = 2
     device_kind = "cuda"
     baseline_template = "torch.sdpa"
     slowest_gflops = 50.0
@@ -103,6 +155,7 @@ class TritonAttentionTemplate(Template):
         cap_m = _pow2_at_least(workload.m, 16)
         cap_n = _pow2_at_least(workload.n, 16)
         smem = int(device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM)
+        capability = capability_of(target)
 
         def fits(c: Config) -> bool:
             return int(c["BLOCK_M"]) <= cap_m and int(c["BLOCK_N"]) <= cap_n
@@ -113,16 +166,26 @@ class TritonAttentionTemplate(Template):
         def shared(c: Config) -> bool:
             return shared_bytes(c, head_dim) <= smem
 
+        def specialised(c: Config) -> bool:
+            # Triton 3.6 specialises the loop only from TMA loads, with num_warps=4 (other
+            # counts compile the plain loop: the same kernel as WARP_SPECIALIZE off).
+            return not _on(c, "WARP_SPECIALIZE") or (_on(c, "TMA") and int(c["num_warps"]) == 4)
+
+        tma = (False, True) if capability >= 90 else (False,)
+        ws = (False, True) if capability // 10 == 9 else (False,)
         knobs = (
             Knob("BLOCK_M", BLOCK_MS),
             Knob("BLOCK_N", BLOCK_NS),
             Knob("num_warps", WARPS),
             Knob("num_stages", STAGES),
+            Knob("TMA", tma),
+            Knob("WARP_SPECIALIZE", ws),
         )
         constraints = (
             KnobConstraint(("BLOCK_M", "BLOCK_N"), fits),
-            KnobConstraint(("BLOCK_M", "BLOCK_N", "num_warps"), registers),
-            KnobConstraint(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), shared),
+            KnobConstraint(("num_warps", "TMA", "WARP_SPECIALIZE"), specialised),
+            KnobConstraint(("BLOCK_M", "BLOCK_N", "num_warps", "WARP_SPECIALIZE"), registers),
+            KnobConstraint(("BLOCK_M", "BLOCK_N", "num_stages", "TMA", "WARP_SPECIALIZE"), shared),
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
 
@@ -130,38 +193,56 @@ class TritonAttentionTemplate(Template):
         if self.space(workload, target).is_valid(config):
             return None
         why = "outside the space"
-        if set(config) == {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}:
-            try:
-                if values_per_thread(config, workload.k) > MAX_VALUES_PER_THREAD:
-                    why = "the accumulator and score tile need more registers than a thread has"
-                elif shared_bytes(config, workload.k) > int(
-                    device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM
-                ):
-                    why = f"needs {shared_bytes(config, workload.k)} bytes of shared memory"
-                else:
-                    why = "a tile larger than the sequence, or a value not among the knob's"
-            except (TypeError, ValueError):
-                pass
+        names = {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPECIALIZE"}
+        try:
+            if set(config) != names:
+                missing, unknown = sorted(names - set(config)), sorted(set(config) - names)
+                why = f"its knobs are {sorted(names)}" + (f"; {missing} missing" if missing else "")
+                why += f"; {unknown} unknown" if unknown else ""
+            elif _on(config, "WARP_SPECIALIZE") and not (
+                _on(config, "TMA") and int(config["num_warps"]) == 4
+            ):
+                why = "WARP_SPECIALIZE needs TMA and num_warps=4"
+            elif (_on(config, "TMA") and capability_of(target) < 90) or (
+                _on(config, "WARP_SPECIALIZE") and capability_of(target) // 10 != 9
+            ):
+                why = "TMA needs sm_90 or later, WARP_SPECIALIZE sm_90"
+            elif values_per_thread(config, workload.k) > MAX_VALUES_PER_THREAD:
+                why = "the accumulator and score tile need more registers than a thread has"
+            elif shared_bytes(config, workload.k) > int(
+                device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM
+            ):
+                why = f"needs {shared_bytes(config, workload.k)} bytes of shared memory"
+            else:
+                why = "a tile larger than the sequence, or a value not among the knob's"
+        except (KeyError, TypeError, ValueError):
+            pass
         return f"config is not in the space of {self.name}: {why}"
 
-    def _seeds(self, workload: Workload) -> list[Config]:
-        tiles = (*SEEDS.get(workload.k, SEEDS[64]), *SMALL_SEEDS)
+    def _seeds(self, workload: Workload, target: Target) -> list[Config]:
+        tiles: tuple[tuple[int, int, int, int, str], ...] = ()
+        if capability_of(target) // 10 == 9:
+            tiles = HOPPER_SEEDS.get(workload.k, HOPPER_SEEDS[64])
+        tiles = (*tiles, *SEEDS.get(workload.k, SEEDS[64]), *SMALL_SEEDS)
         return [
-            Config({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s})
-            for bm, bn, w, s in tiles
-        ]
+            Config({
+                "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s,
+                "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws",
+            })
+            for bm, bn, w, s, loads in tiles
+        ]  # fmt: skip
 
     def default_config(self, workload: Workload, target: Target) -> Config:
-        """The first known-good tile that fits the workload and device."""
+        """The first seed that fits the workload and device."""
         space = self.space(workload, target)
-        for config in self._seeds(workload):
+        for config in self._seeds(workload, target):
             if space.is_valid(config):
                 return config
         return space.points[0]
 
     def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
         space = self.space(workload, target)
-        seeds = [c for c in self._seeds(workload) if space.is_valid(c)]
+        seeds = [c for c in self._seeds(workload, target) if space.is_valid(c)]
         return seeds or [space.points[0]]
 
     # --- where and how it runs -----------------------------------------------------------------

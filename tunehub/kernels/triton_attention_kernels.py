@@ -21,7 +21,8 @@ within the dtype's tolerance. Imports torch and Triton: GPU run sandboxes and te
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,45 @@ TOLERANCE = {"float16": 3e-3, "bfloat16": 2e-2}
 LOG2E = 1.4426950408889634
 # The reference's score matrices are held at most this many bytes at a time.
 REFERENCE_CHUNK_BYTES = 1 << 30
+
+
+@triton.jit
+def _attend(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k,
+    v,
+    rows,
+    keys,
+    kv_len,
+    scale_log2,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
+    # One key block of the online softmax, in base 2. ``k`` is BLOCK_N x HEAD_DIM (rows of K).
+    s = tl.dot(q, tl.trans(k))
+    if MASKED:
+        # A block on the diagonal (causal) or past kv_len: only these few pay for the masks.
+        ok = keys[None, :] < kv_len
+        if CAUSAL:
+            ok = ok & (keys[None, :] <= rows[:, None])
+        s = tl.where(ok, s * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+    else:
+        # The scale is positive, so the row maximum of the raw scores is taken first and the
+        # scale and the subtraction meet in one fused multiply-add per score.
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
+        p = tl.math.exp2(s * scale_log2 - m_new[:, None])
+    # Every row sees key 0 in the first block it walks, so m_new is finite from there on and
+    # alpha is 0 on that first block (m_i = -inf), 1 wherever the maximum held.
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -65,61 +105,201 @@ def _attention_fwd(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
+    EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
+    TMA: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
 ):
-    start_m = tl.program_id(0)
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        # Query tiles further down walk more key blocks: launch those first, so the short
+        # ones fill the last wave instead of leaving a long tail.
+        pid_m = tl.num_programs(0) - 1 - pid_m
     head = tl.program_id(1).to(tl.int64)
     batch = tl.program_id(2).to(tl.int64)
     q_base = Q + batch * stride_qb + head * stride_qh
     k_base = K + batch * stride_kb + head * stride_kh
     v_base = V + batch * stride_vb + head * stride_vh
     o_base = Out + batch * stride_ob + head * stride_oh
-    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    start_m = pid_m * BLOCK_M
+    rows = start_m + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
-    row_ok = rows[:, None] < q_len
-    q = tl.load(q_base + rows[:, None] * stride_qm + dims[None, :], mask=row_ok, other=0.0)
+    if TMA:
+        # One (batch, head)'s Q, K, V and O as 2-D tensors of exactly their lengths: TMA
+        # zero-fills boxes past the end and clips stores there, so no load or store is masked.
+        q_desc = tl.make_tensor_descriptor(
+            q_base, shape=[q_len, HEAD_DIM], strides=[stride_qm, 1], block_shape=[BLOCK_M, HEAD_DIM]
+        )
+        k_desc = tl.make_tensor_descriptor(
+            k_base,
+            shape=[kv_len, HEAD_DIM],
+            strides=[stride_kn, 1],
+            block_shape=[BLOCK_N, HEAD_DIM],
+        )
+        v_desc = tl.make_tensor_descriptor(
+            v_base,
+            shape=[kv_len, HEAD_DIM],
+            strides=[stride_vn, 1],
+            block_shape=[BLOCK_N, HEAD_DIM],
+        )
+        q = q_desc.load([start_m, 0])
+    elif EVEN_M:
+        q = tl.load(q_base + rows[:, None] * stride_qm + dims[None, :])
+    else:
+        q = tl.load(
+            q_base + rows[:, None] * stride_qm + dims[None, :],
+            mask=rows[:, None] < q_len,
+            other=0.0,
+        )
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    # Key blocks [0, full) need no mask: wholly before kv_len and, when causal, wholly at or
+    # before the tile's first row. Blocks [full, hi) are masked: the diagonal (causal) and a
+    # partial last block. Blocks past hi (above the diagonal) are never touched.
+    full = (kv_len // BLOCK_N) * BLOCK_N
     hi = kv_len
     if CAUSAL:
-        hi = tl.minimum(kv_len, (start_m + 1) * BLOCK_M)
-    for start_n in range(0, hi, BLOCK_N):
-        keys = start_n + cols
-        if EVEN_N:
-            k = tl.load(k_base + keys[None, :] * stride_kn + dims[:, None])
-            v = tl.load(v_base + keys[:, None] * stride_vn + dims[None, :])
-        else:
-            k = tl.load(
-                k_base + keys[None, :] * stride_kn + dims[:, None],
-                mask=keys[None, :] < kv_len,
-                other=0.0,
+        full = tl.minimum(full, (start_m // BLOCK_N) * BLOCK_N)
+        hi = tl.minimum(kv_len, start_m + BLOCK_M)
+    if WARP_SPECIALIZE and (CAUSAL or not EVEN_N):
+        # Triton 3.6's Hopper warp specialisation takes one loop per kernel, without
+        # branches (a second loop crashes its pass, a branch turns it off): every block is
+        # masked.
+        for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            keys = start_n + cols
+            k = k_desc.load([start_n, 0])
+            v = v_desc.load([start_n, 0])
+            acc, l_i, m_i = _attend(
+                acc, l_i, m_i, q, k, v, rows, keys, kv_len, scale_log2, MASKED=True, CAUSAL=CAUSAL
             )
-            v = tl.load(
-                v_base + keys[:, None] * stride_vn + dims[None, :],
-                mask=keys[:, None] < kv_len,
-                other=0.0,
+    else:
+        for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            keys = start_n + cols
+            if TMA:
+                k = k_desc.load([start_n, 0])
+                v = v_desc.load([start_n, 0])
+            else:
+                k = tl.load(k_base + keys[:, None] * stride_kn + dims[None, :])
+                v = tl.load(v_base + keys[:, None] * stride_vn + dims[None, :])
+            acc, l_i, m_i = _attend(
+                acc, l_i, m_i, q, k, v, rows, keys, kv_len, scale_log2, MASKED=False, CAUSAL=CAUSAL
             )
-        s = tl.dot(q, k) * scale_log2
-        if not EVEN_N:
-            s = tl.where(keys[None, :] < kv_len, s, float("-inf"))
-        if CAUSAL:
-            s = tl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
-        # Every row sees key 0 in the first block, so m_new is finite from there on.
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_new
-    acc = acc / l_i[:, None]
-    tl.store(
-        o_base + rows[:, None] * stride_om + dims[None, :],
-        acc.to(Out.dtype.element_ty),
-        mask=row_ok,
-    )
+        if CAUSAL or not EVEN_N:
+            for start_n in range(full, hi, BLOCK_N):
+                start_n = tl.multiple_of(start_n, BLOCK_N)
+                keys = start_n + cols
+                if TMA:
+                    k = k_desc.load([start_n, 0])
+                    v = v_desc.load([start_n, 0])
+                else:
+                    in_kv = keys[:, None] < kv_len
+                    k = tl.load(
+                        k_base + keys[:, None] * stride_kn + dims[None, :], mask=in_kv, other=0.0
+                    )
+                    v = tl.load(
+                        v_base + keys[:, None] * stride_vn + dims[None, :], mask=in_kv, other=0.0
+                    )
+                acc, l_i, m_i = _attend(
+                    acc,
+                    l_i,
+                    m_i,
+                    q,
+                    k,
+                    v,
+                    rows,
+                    keys,
+                    kv_len,
+                    scale_log2,
+                    MASKED=True,
+                    CAUSAL=CAUSAL,
+                )
+    out = (acc * (1.0 / l_i)[:, None]).to(Out.dtype.element_ty)
+    if TMA:
+        o_desc = tl.make_tensor_descriptor(
+            o_base, shape=[q_len, HEAD_DIM], strides=[stride_om, 1], block_shape=[BLOCK_M, HEAD_DIM]
+        )
+        o_desc.store([start_m, 0], out)
+    elif EVEN_M:
+        tl.store(o_base + rows[:, None] * stride_om + dims[None, :], out)
+    else:
+        tl.store(
+            o_base + rows[:, None] * stride_om + dims[None, :], out, mask=rows[:, None] < q_len
+        )
+
+
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+# Knobs a config may leave out (configs stored before they existed): off when absent.
+OPTIONAL_CONFIG_KEYS = ("TMA", "WARP_SPECIALIZE")
+
+
+def config_problem(config: Mapping[str, Any]) -> str | None:
+    """Why ``config`` cannot run at all (a missing key, WARP_SPECIALIZE without TMA), or None."""
+    missing = [key for key in CONFIG_KEYS if key not in config]
+    if missing:
+        return f"config lacks {missing}"
+    unknown = sorted(set(config) - set(CONFIG_KEYS) - set(OPTIONAL_CONFIG_KEYS))
+    if unknown:
+        return f"config has unknown keys {unknown}"
+    if bool(config.get("WARP_SPECIALIZE", False)) and not bool(config.get("TMA", False)):
+        return "WARP_SPECIALIZE needs TMA (the warp-specialised loop is fed by TMA loads)"
+    return None
+
+
+def tma_problem(*tensors: torch.Tensor) -> str | None:
+    """Why TMA cannot describe these batch x heads x len x head_dim tensors, or None: each
+    (batch, head)'s base address and row stride must be 16-byte multiples."""
+    for t in tensors:
+        elem = t.element_size()
+        if t.data_ptr() % 16:
+            return "a tensor's data is not 16-byte aligned"
+        for dim in (0, 1, 2):
+            if t.shape[dim] > 1 and (t.stride(dim) * elem) % 16:
+                return f"stride {t.stride(dim)} of dimension {dim} is not a 16-byte multiple"
+    return None
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    # TMA descriptors made in the kernel are written to global scratch the launch asks for.
+    del alignment, stream
+    return torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
+
+
+def _launch_args(
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    shapes: tuple[int, int, int, int, int],
+    strides: tuple[tuple[int, ...], ...],
+    causal: bool,
+    config: Mapping[str, Any],
+) -> tuple[tuple[int, int, int], tuple[Any, ...], dict[str, Any]]:
+    # The grid, arguments and keywords of one launch: the one place bind and precompile
+    # get them from, so a precompiled binary is the one the launch looks up.
+    batch, heads, q_len, kv_len, head_dim = shapes
+    block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
+    grid = (triton.cdiv(q_len, block_m), heads, batch)
+    args: tuple[Any, ...] = (q, k, v, out, LOG2E / math.sqrt(head_dim))
+    for s in strides:
+        args += tuple(s[:3])
+    args += (q_len, kv_len)
+    kwargs = {
+        "HEAD_DIM": head_dim,
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "CAUSAL": bool(causal),
+        "EVEN_M": q_len % block_m == 0,
+        "EVEN_N": kv_len % block_n == 0,
+        "TMA": bool(config.get("TMA", False)),
+        "WARP_SPECIALIZE": bool(config.get("WARP_SPECIALIZE", False)),
+        "num_warps": int(config["num_warps"]),
+        "num_stages": int(config["num_stages"]),
+    }
+    return grid, args, kwargs
 
 
 def bind(
@@ -129,10 +309,12 @@ def bind(
     out: torch.Tensor,
     *,
     causal: bool,
-    config: dict[str, Any],
+    config: Mapping[str, Any],
 ) -> Callable[[], None]:
     """A callable writing ``out = attention(q, k, v)`` with ``config`` (BLOCK_M, BLOCK_N,
-    num_warps, num_stages). Tensors are batch x heads x len x head_dim, last dim contiguous."""
+    num_warps, num_stages; TMA and WARP_SPECIALIZE off unless given). Tensors are
+    batch x heads x len x head_dim, last dim contiguous; with TMA each (batch, head)'s rows
+    must also start and step on 16-byte multiples (``tma_problem``)."""
     batch, heads, q_len, head_dim = q.shape
     kv_len = k.shape[2]
     if head_dim not in (16, 32, 64, 128, 256) or k.shape[3] != head_dim:
@@ -140,34 +322,96 @@ def bind(
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
         if t.stride(3) != 1:
             raise ValueError(f"{name}'s last dimension is not contiguous")
-    block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
-    grid = (triton.cdiv(q_len, block_m), heads, batch)
-    scale_log2 = LOG2E / math.sqrt(head_dim)
+    problem = config_problem(config)
+    if problem:
+        raise ValueError(f"invalid config {dict(config)}: {problem}")
+    tma = bool(config.get("TMA", False))
+    interpreting = bool(triton.knobs.runtime.interpret)
+    if tma:
+        problem = tma_problem(q, k, v, out)
+        if problem:
+            raise ValueError(f"TMA cannot load these operands: {problem}")
+    grid, args, kwargs = _launch_args(
+        q, k, v, out, (batch, heads, q_len, kv_len, head_dim),
+        (q.stride(), k.stride(), v.stride(), out.stride()), causal, config,
+    )  # fmt: skip
     kernel = _attention_fwd[grid]
 
     def call() -> None:
-        kernel(
-            q,
-            k,
-            v,
-            out,
-            scale_log2,
-            *q.stride()[:3],
-            *k.stride()[:3],
-            *v.stride()[:3],
-            *out.stride()[:3],
-            q_len,
-            kv_len,
-            HEAD_DIM=head_dim,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n,
-            CAUSAL=bool(causal),
-            EVEN_N=kv_len % block_n == 0,
-            num_warps=int(config["num_warps"]),
-            num_stages=int(config["num_stages"]),
-        )
+        if tma and not interpreting:
+            triton.set_allocator(_descriptor_scratch)
+        kernel(*args, **kwargs)
 
     return call
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What the compiler made of one config for one GPU, read without running it."""
+
+    name: str
+    shared_bytes: int
+    num_warps: int
+    registers: int | None
+    stack_bytes: int | None  # ptxas's stack frame: where spilled registers go
+    warp_specialized: bool  # Triton split the key loop into producer and consumer warps
+    wgmma: bool  # Hopper's warpgroup MMA, not the Ampere-style mma.sync
+    tma: bool  # bulk tensor copies
+    compile_secs: float
+
+
+def precompile(
+    *,
+    config: Mapping[str, Any],
+    head_dim: int,
+    dtype: str,
+    causal: bool,
+    q_len: int,
+    kv_len: int,
+    capability: int,
+    batch: int = 1,
+    heads: int = 1,
+) -> Compiled:
+    """Compile, without a GPU, the kernel ``bind`` launches for dense operands of this shape
+    on a GPU of compute ``capability`` (90 for H100/H200) into TRITON_CACHE_DIR, and report
+    its shared memory, registers and spills. Raises ValueError for a config the kernel cannot
+    take and the compiler's own error when it fails."""
+    if triton.knobs.runtime.interpret:
+        raise RuntimeError("precompile needs Triton's compiler; TRITON_INTERPRET=1 is set")
+    from triton.backends.compiler import GPUTarget
+
+    from tunehub.kernels.triton_gemm_kernels import _FakeTensor, _resource_usage, _specialize
+
+    problem = config_problem(config)
+    if problem:
+        raise ValueError(f"invalid config {dict(config)}: {problem}")
+    torch_dtype = TORCH_DTYPES[dtype]
+    q_strides = (heads * q_len * head_dim, q_len * head_dim, head_dim, 1)
+    kv_strides = (heads * kv_len * head_dim, kv_len * head_dim, head_dim, 1)
+    q, k, v, out = (_FakeTensor(torch_dtype) for _ in range(4))
+    _, args, kwargs = _launch_args(
+        q, k, v, out, (batch, heads, q_len, kv_len, head_dim),
+        (q_strides, kv_strides, kv_strides, q_strides), causal, config,
+    )  # fmt: skip
+    target = GPUTarget("cuda", capability, 32)
+    start = time.perf_counter()
+    source, options = _specialize(_attention_fwd, target, args, kwargs)
+    compiled = triton.compile(source, target=target, options=options.__dict__)
+    secs = time.perf_counter() - start
+    registers, stack = _resource_usage(compiled.asm["cubin"])
+    ttgir = str(compiled.asm.get("ttgir", ""))
+    ptx = str(compiled.asm.get("ptx", ""))
+    return Compiled(
+        name=compiled.name,
+        shared_bytes=int(compiled.metadata.shared),
+        num_warps=int(compiled.metadata.num_warps),
+        registers=registers,
+        stack_bytes=stack,
+        warp_specialized="ttg.warp_specialize" in ttgir,
+        wgmma="wgmma.mma_async" in ptx,
+        tma="cp.async.bulk.tensor" in ptx,
+        compile_secs=secs,
+    )
 
 
 # --- operands, reference, check ----------------------------------------------------------------
