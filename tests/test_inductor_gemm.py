@@ -91,12 +91,54 @@ def test_a_site_names_op_sizes_dtype_and_layouts_and_nothing_else_matches_it() -
     }  # fmt: skip
     assert site.key not in {o.key for o in others if o is not None}
     assert len(others) == 4
-    assert (
-        ig.site_of("bmm", (torch.float16,) * 2, ((2, 4, 8), (2, 8, 4)), ((32, 8, 1),) * 2) is None
-    )
+    assert ig.site_of("baddbmm", (torch.float16,) * 2, ((2, 4, 8), (2, 8, 4)),
+                      ((32, 8, 1),) * 2) is None  # fmt: skip
     assert ig.site_of("mm", (torch.int8,) * 2, ((4, 8), (8, 4)), ((8, 1), (4, 1))) is None
     assert ig.site_of("mm", (torch.float16, torch.float32), ((4, 8), (8, 4)),
                       ((8, 1), (4, 1))) is None  # fmt: skip
+
+
+def test_a_bmm_site_names_its_batch_and_a_shared_b_and_takes_dense_entries_only() -> None:
+    f16 = (torch.float16,) * 2
+    site = ig.site_of("bmm", f16, ((12, 128, 64), (12, 64, 128)), ((8192, 64, 1), (8192, 1, 64)))
+    assert site == ig.GemmSite("bmm", 128, 128, 64, "float16", "row_major", "col_major", 12)
+    assert site.key == "tunehub:bmm:12x128x128x64:float16:row_major:col_major"
+    shared = ig.site_of("bmm", f16, ((12, 128, 64), (12, 64, 32)), ((8192, 64, 1), (0, 32, 1)))
+    assert shared is not None and shared.b_broadcast
+    assert shared.key == "tunehub:bmm:12bx128x32x64:float16:row_major:row_major"
+    workload = shared.workload(allow_tf32=False)
+    assert (workload.op, workload.param("batch")) == ("bmm", 12)
+    assert workload.param("b_broadcast") is True
+    # Entries apart (a slice of a bigger batch), or a 2-D operand: not what triton.bmm measured.
+    assert ig.site_of("bmm", f16, ((12, 128, 64), (12, 64, 32)),
+                      ((16384, 64, 1), (2048, 32, 1))) is None  # fmt: skip
+    assert ig.site_of("bmm", f16, ((128, 64), (64, 32)), ((64, 1), (32, 1))) is None
+
+
+def test_the_memo_keeps_a_bmms_batch_apart_from_another_batch_and_from_a_matmul() -> None:
+    from tunehub.client.gemm_choice import choice_key
+    from tunehub.core import Target
+
+    target = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132)
+    sites = [ig.GemmSite("bmm", 64, 64, 32, "float16", "row_major", "row_major", batch)
+             for batch in (4, 8)]  # fmt: skip
+    keys = {choice_key(site.workload(False), target, "triton.bmm") for site in sites}
+    plain = ig.GemmSite("mm", 64, 64, 32, "float16", "row_major", "row_major")
+    keys.add(choice_key(plain.workload(False), target, "triton.bmm"))
+    assert len(keys) == 3
+
+
+def test_a_bmm_config_becomes_inductors_bmm_template_only_with_the_batch_outermost() -> None:
+    bmm = {k: v for k, v in TILED.items() if k not in ("variant", "SPLIT_K")}
+    site = ig.GemmSite("bmm", 128, 128, 64, "float16", "row_major", "col_major", 12)
+    found = GemmChoice("triton.bmm", Config({**bmm, "BATCH_MAJOR": True}), "exact")
+    decision = ig.decide(site, found)
+    assert decision.kind == "template" and decision.kwargs["BLOCK_M"] == 128
+    assert decision.kwargs["EVEN_K"] is True
+    interleaved = GemmChoice("triton.bmm", Config({**bmm, "BATCH_MAJOR": False}), "exact")
+    assert ig.decide(site, interleaved).kind == "inductor"
+    library = GemmChoice("triton.bmm", Config({}), "exact", use_library=True)
+    assert ig.decide(site, library).kind == "aten"
 
 
 def test_only_a_tiled_config_inductors_template_runs_becomes_its_kwargs() -> None:
@@ -194,6 +236,31 @@ def test_inductors_lowering_keys_its_sites_as_the_backend_plans_them() -> None:
     assert set(ig.SITES.values()) == {"inductor"}
     code = "\n".join(codes)
     assert "extern_kernels.addmm(" in code and "extern_kernels.mm(" in code
+
+
+def test_inductors_bmm_lowering_keys_its_site_as_the_backend_plans_it() -> None:
+    def f(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(torch.bmm(q, k.transpose(1, 2)), -1)
+
+    q, k = torch.randn(6, 40, 32), torch.randn(6, 24, 32)
+    planned: set[str] = set()
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        for node in gm.graph.nodes:
+            found = gemm_site(node)
+            if found is not None:
+                planned.add(found[0].key)
+        return compile_fx(
+            gm,
+            list(example_inputs),
+            inner_compile=ig.with_choices(compile_fx_inner, autotune_rest=False),
+            config_patches={"fx_graph_cache": False},
+        )
+
+    out = torch.compile(f, backend=backend)(q, k)
+    torch.testing.assert_close(out, f(q, k), rtol=1e-5, atol=1e-5)
+    assert planned == {"tunehub:bmm:6x40x24x32:float32:row_major:col_major"}
+    assert dict(ig.SITES) == dict.fromkeys(planned, "inductor")
 
 
 def test_the_handler_outside_a_plan_leaves_inductors_candidates_alone() -> None:

@@ -63,8 +63,9 @@ class GemmChoice:
 
 
 # Raw fields rather than Workload.key: building and hashing a Workload per call would cost
-# more than the GEMM of a decode step.
-ChoiceKey = tuple[int, int, int, str, str, str, str, bool, str, str]
+# more than the GEMM of a decode step. The last entry is the operator's own fields (``bmm``'s
+# batch, ...): empty for ``matmul``.
+ChoiceKey = tuple[int, int, int, str, str, str, str, bool, str, str, tuple[Any, ...]]
 
 
 def choice_key(workload: Workload, target: Target, template: str) -> ChoiceKey:
@@ -80,6 +81,7 @@ def choice_key(workload: Workload, target: Target, template: str) -> ChoiceKey:
         w.allow_tf32,
         target.target_key,
         template,
+        () if w.op == "matmul" else (w.op, w.params),
     )
 
 
@@ -126,6 +128,7 @@ class GemmChooser:
             allow_tf32,
             target.target_key,
             template,
+            (),
         )
         found = self._answers.get(key)
         if found is not None:

@@ -1,16 +1,18 @@
 """tunehub's GEMM answers inside Inductor's own generated code: a choices handler that, for each
-``mm``/``addmm`` Inductor lowers on a GPU, offers exactly what tunehub measured fastest.
+``mm``/``addmm``/``bmm`` Inductor lowers on a GPU, offers exactly what tunehub measured fastest.
 
 Inductor picks a GEMM's kernel at compile time (``select_algorithm``): the lowering of
 ``aten.mm``/``aten.addmm`` asks its *choices handler* (``V.choices``) for candidate kernels, and
 when one candidate is left it takes it without benchmarking and emits it into the generated
 wrapper like any of its own kernels. :class:`TunehubChoices` is that handler. Per GEMM site
-(op, M, N, K, dtype, layouts) it answers from a :class:`GemmPlan`:
+(op, batch, M, N, K, dtype, layouts) it answers from the plan (:func:`plan_table`):
 
-- ``template``: tunehub measured its ``triton.gemm`` ``tiled`` kernel fastest with a config
-  that Inductor's own Triton mm template runs unchanged (same tile, group, warps, stages; no
-  split-K, no composite tile, no K padding): the one candidate is Inductor's mm template with
-  that config, so Inductor fuses the bias, activations and whatever follows into its epilogue.
+- ``template``: tunehub measured its ``triton.gemm`` ``tiled`` kernel (``triton.bmm`` for a
+  ``bmm``) fastest with a config that Inductor's own Triton mm (bmm) template runs unchanged
+  (same tile, group, warps, stages; no split-K, no composite tile, no K padding; for ``bmm``
+  the batch outermost in the launch order, as Inductor's grid puts it): the one candidate is
+  Inductor's template with that config, so Inductor fuses the bias, activations and whatever
+  follows into its epilogue.
 - ``aten``: tunehub measured the vendor library faster (or as fast): the one candidate is the
   library call Inductor's default makes (``extern_kernels.mm``/``addmm``).
 - anything else (nothing measured for the site, the service unreachable, a winner Inductor's
@@ -41,11 +43,15 @@ log = logging.getLogger(__name__)
 
 TABLE_PREFIX = "tunehub:"
 TEMPLATE = "triton.gemm"
+# tunehub's template measured for each kind of site.
+TEMPLATES = {"mm": TEMPLATE, "addmm": TEMPLATE, "bmm": "triton.bmm"}
 # Sources of a lookup answer that rest on a measurement of this (workload, target family).
 MEASURED = ("exact", "family")
-# The template and library candidates Inductor's mm lowerings name (``KernelTemplate.uid``).
+# The template and library candidates Inductor's mm/bmm lowerings name (``KernelTemplate.uid``).
 INDUCTOR_MM_TEMPLATE = "triton::mm"
-LIBRARY_UID = {"mm": "aten::mm", "addmm": "aten::addmm"}
+INDUCTOR_TEMPLATE_UID = {"mm": INDUCTOR_MM_TEMPLATE, "addmm": INDUCTOR_MM_TEMPLATE,
+                         "bmm": "triton::bmm"}  # fmt: skip
+LIBRARY_UID = {"mm": "aten::mm", "addmm": "aten::addmm", "bmm": "aten::bmm"}
 _DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
 # Config keys of triton.gemm that Inductor's mm template takes under the same names.
 _TEMPLATE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
@@ -58,8 +64,9 @@ SITES: dict[str, str] = {}
 
 @dataclass(frozen=True)
 class GemmSite:
-    """One GEMM as Inductor lowers it: ``op`` (``mm`` or ``addmm``), sizes, dtype and the
-    layouts of A (M x K) and B (K x N), read off the strides."""
+    """One GEMM as Inductor lowers it: ``op`` (``mm``, ``addmm`` or ``bmm``), sizes, dtype and
+    the layouts of A (M x K) and B (K x N), read off the strides; for ``bmm`` the ``batch`` and
+    whether one B serves every entry (``b_broadcast``: batch stride 0)."""
 
     op: str
     m: int
@@ -68,17 +75,39 @@ class GemmSite:
     dtype: str
     a_layout: str
     b_layout: str
+    batch: int = 0
+    b_broadcast: bool = False
 
     @property
     def key(self) -> str:
+        batch = f"{self.batch}{'b' if self.b_broadcast else ''}x" if self.op == "bmm" else ""
         return (
-            f"{TABLE_PREFIX}{self.op}:{self.m}x{self.n}x{self.k}:{self.dtype}:"
+            f"{TABLE_PREFIX}{self.op}:{batch}{self.m}x{self.n}x{self.k}:{self.dtype}:"
             f"{self.a_layout}:{self.b_layout}"
         )
 
     @property
     def epilogue(self) -> str:
         return "bias" if self.op == "addmm" else "none"
+
+    def workload(self, allow_tf32: bool) -> Any:
+        """The workload tunehub measured for this site (raises InvalidSpec for none)."""
+        from tunehub.core import Workload
+
+        bmm = self.op == "bmm"
+        params = (("batch", self.batch), ("b_broadcast", self.b_broadcast)) if bmm else ()
+        return Workload(
+            op="bmm" if bmm else "matmul",
+            m=self.m,
+            n=self.n,
+            k=self.k,
+            dtype=self.dtype,
+            a_layout=self.a_layout,
+            b_layout=self.b_layout,
+            epilogue=self.epilogue,
+            allow_tf32=allow_tf32,
+            params=params,
+        )
 
 
 def layout_of(rows: int, cols: int, strides: tuple[int, int]) -> str | None:
@@ -98,24 +127,37 @@ def site_of(
     shapes: tuple[tuple[int, ...], ...],
     strides: tuple[tuple[int, ...], ...],
 ) -> GemmSite | None:
-    """The site of an Inductor ``mm``/``addmm`` from its inputs' dtypes, (hinted) sizes and
-    strides, A and B being the last two inputs; None where tunehub has no GEMM of that kind."""
+    """The site of an Inductor ``mm``/``addmm``/``bmm`` from its inputs' dtypes, (hinted)
+    sizes and strides, A and B being the last two inputs; None where tunehub has no GEMM of
+    that kind (for ``bmm``: each entry dense, entries back to back, or B's batch stride 0)."""
     if op not in LIBRARY_UID or len(shapes) < 2:
         return None
     dtype = _DTYPES.get(str(dtypes[-1]))
     if dtype is None or str(dtypes[-2]) != str(dtypes[-1]):
         return None
     a_shape, b_shape = shapes[-2], shapes[-1]
+    a_strides, b_strides = strides[-2], strides[-1]
+    batch, broadcast = 0, False
+    if op == "bmm":
+        if len(a_shape) != 3 or len(b_shape) != 3 or a_shape[0] != b_shape[0]:
+            return None
+        batch = int(a_shape[0])
+        (_, m, k), n = a_shape, b_shape[2]
+        broadcast = batch > 1 and b_strides[0] == 0
+        if batch > 1 and (a_strides[0] != m * k or (b_strides[0] != k * n and not broadcast)):
+            return None
+        a_shape, b_shape = a_shape[1:], b_shape[1:]
+        a_strides, b_strides = a_strides[1:], b_strides[1:]
     if len(a_shape) != 2 or len(b_shape) != 2 or a_shape[1] != b_shape[0]:
         return None
     (m, k), n = a_shape, b_shape[1]
-    if min(m, n, k) < 1:
+    if min(m, n, k) < 1 or (op == "bmm" and batch < 1):
         return None
-    a_layout = layout_of(m, k, (strides[-2][0], strides[-2][1]))
-    b_layout = layout_of(k, n, (strides[-1][0], strides[-1][1]))
+    a_layout = layout_of(m, k, (a_strides[0], a_strides[1]))
+    b_layout = layout_of(k, n, (b_strides[0], b_strides[1]))
     if a_layout is None or b_layout is None:
         return None
-    return GemmSite(op, int(m), int(n), int(k), dtype, a_layout, b_layout)
+    return GemmSite(op, int(m), int(n), int(k), dtype, a_layout, b_layout, batch, broadcast)
 
 
 def template_kwargs(config: Mapping[str, Any], k: int) -> dict[str, Any] | None:
@@ -135,6 +177,22 @@ def template_kwargs(config: Mapping[str, Any], k: int) -> dict[str, Any] | None:
             return None
     kwargs["EVEN_K"] = k % kwargs["BLOCK_K"] == 0
     return kwargs
+
+
+def bmm_template_kwargs(config: Mapping[str, Any], k: int) -> dict[str, Any] | None:
+    """The kwargs of Inductor's bmm template that run ``config`` of ``triton.bmm``: its tiles
+    with the batch outermost (``BATCH_MAJOR``: Inductor's grid runs a batch entry's tiles
+    together); None for the batch-interleaved order, which that template has no way to run."""
+    if config.get("BATCH_MAJOR") is not True:
+        return None
+    return template_kwargs({**config, "variant": "tiled", "SPLIT_K": 1}, k)
+
+
+def site_template_kwargs(site: GemmSite, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Inductor template kwargs that run ``config`` of the site's tunehub template."""
+    if site.op == "bmm":
+        return bmm_template_kwargs(config, site.k)
+    return template_kwargs(config, site.k)
 
 
 @dataclass(frozen=True)
@@ -170,7 +228,7 @@ def decide(site: GemmSite, choice: GemmChoice | None) -> Decision:
         return Decision("inductor", why=f"not measured here ({choice.source})")
     if choice.use_library:
         return Decision("aten", why="the library measured faster")
-    kwargs = template_kwargs(choice.config, site.k)
+    kwargs = site_template_kwargs(site, choice.config)
     if kwargs is None:
         return Decision(
             "inductor", why=f"winner {choice.config.get('variant')} is not Inductor's template"
@@ -197,6 +255,10 @@ def lookup(site: GemmSite, device: Any) -> GemmChoice | None:
     try:
         from tunehub.client.triton import allow_tf32, device_target
 
+        if site.op == "bmm":
+            target = device_target(device)
+            workload = site.workload(allow_tf32(site.dtype, device.type))
+            return CHOOSER.choose(workload, target, TEMPLATES[site.op])
         return CHOOSER.choose_shape(
             site.m,
             site.n,
@@ -221,27 +283,18 @@ def plan_table(sites: list[GemmSite], device: Any) -> dict[str, list[dict[str, A
         return {}
     try:
         from tunehub.client.triton import allow_tf32, device_target
-        from tunehub.core import InvalidSpec, Workload
+        from tunehub.core import InvalidSpec
 
         target = device_target(device)
-        workloads = []
+        by_template: dict[str, list[Any]] = {}
         for site in dict.fromkeys(sites):
             try:
-                workloads.append(
-                    Workload(
-                        m=site.m,
-                        n=site.n,
-                        k=site.k,
-                        dtype=site.dtype,
-                        a_layout=site.a_layout,
-                        b_layout=site.b_layout,
-                        epilogue=site.epilogue,
-                        allow_tf32=allow_tf32(site.dtype, device.type),
-                    )
-                )
+                workload = site.workload(allow_tf32(site.dtype, device.type))
             except InvalidSpec:
                 continue
-        CHOOSER.prefetch(workloads, target, TEMPLATE)
+            by_template.setdefault(TEMPLATES[site.op], []).append(workload)
+        for template, workloads in by_template.items():
+            CHOOSER.prefetch(workloads, target, template)
     except Exception as exc:  # the sites are looked up one by one while lowering
         log.info("tunehub: batch lookup failed: %s", exc)
     return {site.key: decide(site, lookup(site, device)).entry() for site in sites}
@@ -329,7 +382,7 @@ def choices_class() -> type:
             self, kernel_inputs: Any, templates: list[Any], op_name: str, decision: Decision
         ) -> list[Any]:
             by_uid = {t.uid: t for t in templates}
-            template = by_uid.get(INDUCTOR_MM_TEMPLATE)
+            template = by_uid.get(INDUCTOR_TEMPLATE_UID[op_name])
             if template is None:
                 if _template_offered_later(kernel_inputs, op_name, by_uid):
                     return []  # the template's own list carries the one candidate
@@ -351,9 +404,14 @@ def choices_class() -> type:
             ]
 
         def _library(self, kernel_inputs: Any, op_name: str) -> list[Any]:
+            from torch._inductor.kernel import bmm as inductor_bmm
             from torch._inductor.kernel import mm as inductor_mm
 
-            library = {"mm": inductor_mm.aten_mm, "addmm": inductor_mm.aten_addmm}[op_name]
+            library = {
+                "mm": inductor_mm.aten_mm,
+                "addmm": inductor_mm.aten_addmm,
+                "bmm": inductor_bmm.aten_bmm,
+            }[op_name]
             return list(self.get_ktc(kernel_inputs, library, op_name))
 
     def _template_offered_later(kernel_inputs: Any, op_name: str, by_uid: dict[str, Any]) -> bool:

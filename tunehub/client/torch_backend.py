@@ -22,12 +22,14 @@ looked-up config (float32, float64; a GEMM whose result dtype differs from its i
 under autocast, stays Inductor's). The ops look their config up per concrete shape when they
 run (once per shape per process, then a dict lookup), so dynamic shapes need no recompile.
 
-tunehub's own kernels that Inductor's templates cannot express (split-K, persistent; the
+tunehub's own kernels that Inductor's templates cannot express (split-K, persistent, tma; the
 ``tunehub::triton_gemm`` ``triton_op``) go into the graph only where its steps are replayed as
 CUDA graphs (``mode="reduce-overhead"``, or ``options={"tunehub_kernels": True}``): Inductor
 launches a user-defined Triton kernel through Triton's own Python launcher, which on an H200
-cost a LLaMA decode step 0.66x of Inductor's default speed in plain launch mode and gained
-1.02x under CUDA graphs (docs/compilers.md).
+cost a LLaMA decode step 0.87-0.96x of the faster Inductor in plain launch mode and gained
+1.02x under CUDA graphs (docs/compilers.md). ``bmm`` sites (``torch.bmm``, 3-D ``@``) get
+``triton.bmm``'s answer the same way: Inductor's bmm template with the tuned config where it
+runs it, the library where that measured faster, Inductor's own choice otherwise.
 
 Options (``torch.compile(..., backend="tunehub", options={...})``): ``"inductor": False`` runs
 the (CPU-rewritten) graph eagerly instead of handing it to Inductor; ``"tune": True`` asks the
@@ -148,8 +150,8 @@ def plan_cuda_gemms(gm: Any, *, kernels: bool = False) -> dict[str, list[dict[st
     PLANNED.update({key: rows[0]["template_id"] for key, rows in table.items()})
     rewritten = 0
     for node, site, device in found if kernels else ():
-        if getattr(_meta(node), "requires_grad", True):
-            continue  # a training graph: Inductor differentiates its own GEMMs
+        if getattr(_meta(node), "requires_grad", True) or site.op == "bmm":
+            continue  # a training graph: Inductor differentiates its own GEMMs; bmm: no op
         config = kernel_config(lookup(site, device), site.k)
         if config is not None:
             _to_triton_op(gm.graph, node, site.epilogue, config)
@@ -220,6 +222,22 @@ def gemm_site(node: Any) -> tuple[Any, Any] | None:
             ((k, 1), (wv.stride(1), wv.stride(0))),
         )
         return (site, xv.device) if site is not None else None
+    if target is torch.bmm or (
+        target in (torch.matmul, operator.matmul) and _supported(*node.args[:2], dims=(3, 3))
+    ):
+        a, b = node.args[:2]
+        if node.kwargs or not _supported(a, b, dims=(3, 3)):
+            return None
+        if _static_shape(a) is None or _static_shape(b) is None:
+            return None
+        av, bv = _meta(a), _meta(b)
+        site = site_of(
+            "bmm",
+            (av.dtype, bv.dtype),
+            (tuple(av.shape), tuple(bv.shape)),
+            (tuple(av.stride()), tuple(bv.stride())),
+        )
+        return (site, av.device) if site is not None else None
     if target not in (torch.mm, torch.matmul, operator.matmul, torch.addmm):
         return None
     if set(node.kwargs) - {"beta", "alpha"} or any(

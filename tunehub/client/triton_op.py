@@ -114,7 +114,8 @@ def _hopifier() -> Any:
 
     class DescriptorHOPifier(TracingTritonHOPifier):
         def call_HOP(self, variable: Any, grids: Any, combined_args: Any, tx: Any) -> Any:
-            args, metadata = {}, {}
+            args: dict[str, Any] = {}
+            metadata: dict[str, Any] = {}
             for name, value in combined_args.items():
                 if isinstance(value, TensorDescriptor):
                     args[name] = value.base
