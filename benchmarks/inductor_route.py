@@ -9,8 +9,12 @@
    launch) and as Inductor's mm template (a compiled ``a @ b`` planned onto it), with cuBLAS
    beside them: if the two Triton kernels run within a few percent, a tiled config tunehub
    measured is a config Inductor's template runs as fast.
+3. ``op``: ``tunehub::triton_gemm`` (tunehub's own kernels, ``tma`` included) compiled by
+   Inductor: the kernels launched from the generated code, also under CUDA graphs.
+4. ``bmm``: ``bmm`` sites planned ``aten`` and onto Inductor's bmm template, the template timed
+   beside ``triton.bmm``'s kernel of the same config and cuBLAS.
 
-    python benchmarks/inductor_route.py --out $OUT/inductor_route.json
+    python benchmarks/inductor_route.py --out $OUT/inductor_route.json [--steps check,bmm]
 """
 
 from __future__ import annotations
@@ -243,6 +247,90 @@ def op_row(m: int, n: int, k: int, cfg: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+BMM_SHAPES = [  # (batch, M, N, K, B column-major): attention scores Q.K^T and P.V
+    (32, 512, 512, 64, True),
+    (32, 512, 64, 512, False),
+    (12, 128, 128, 64, True),
+    (64, 2048, 2048, 128, True),
+]
+BMM_CONFIGS = [
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+]  # fmt: skip
+
+
+def bmm(report: dict[str, Any]) -> None:
+    """``bmm`` sites: a plan of ``aten`` holds the library's bmm; a plan of ``template`` holds
+    Inductor's bmm template with the planned config, timed beside tunehub's ``triton.bmm``
+    kernel of that config (``BATCH_MAJOR``, the order of Inductor's grid) and cuBLAS."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    from tunehub.client.inductor_gemm import Decision, GemmSite, bmm_template_kwargs
+    from tunehub.kernels.triton_bmm_kernels import bmm_launch
+
+    rows = []
+    for batch, m, n, k, b_col in BMM_SHAPES:
+        a = torch.randn(batch, m, k, device="cuda", dtype=torch.float16)
+        raw = torch.randn(batch, n, k, device="cuda", dtype=torch.float16)
+        b = raw.transpose(1, 2) if b_col else raw.reshape(batch, k, n)
+        layout = "col_major" if b_col else "row_major"
+        site = GemmSite("bmm", m, n, k, "float16", "row_major", layout, batch)
+        ref = torch.bmm(a.float(), b.float())
+        cublas_us = bench(lambda a=a, b=b: torch.bmm(a, b))
+        plans = {
+            "aten": None,
+            **{f"template {c['BLOCK_M']}x{c['BLOCK_N']}": c for c in BMM_CONFIGS},
+        }
+        for name, cfg in plans.items():
+            if cfg is None:
+                entry = Decision("aten", why="probe").entry()
+            else:
+                kwargs = bmm_template_kwargs({**cfg, "BATCH_MAJOR": True}, k)
+                assert kwargs is not None
+                entry = Decision("template", kwargs, why="probe").entry()
+            torch._dynamo.reset()
+            compiled = compile_planned(
+                lambda a, b: torch.bmm(a, b), {site.key: entry}, template=cfg is not None
+            )
+            out, codes = run_and_get_code(compiled, a, b)
+            code = "\n".join(codes)
+            row: dict[str, Any] = {
+                "shape": [batch, m, n, k],
+                "b_layout": layout,
+                "plan": name,
+                "rel_err": ((out.float() - ref).norm() / ref.norm()).item(),
+                "extern_bmm": code.count("extern_kernels.bmm("),
+                "template_kernels": code.count("def triton_tem_"),
+                "planned_block_m": code.count(
+                    f"BLOCK_M : tl.constexpr = {(cfg or {}).get('BLOCK_M')}"
+                ),
+                "inductor_us": bench(lambda c=compiled, a=a, b=b: c(a, b)),
+                "cublas_us": cublas_us,
+            }
+            if cfg is not None:
+                out_t = torch.empty(batch, m, n, device="cuda", dtype=torch.float16)
+                launch = bmm_launch(a, b, out_t, {**cfg, "BATCH_MAJOR": True}, False)
+                launch()
+                row["tunehub_err"] = ((out_t.float() - ref).norm() / ref.norm()).item()
+                row["tunehub_bmm_us"] = bench(launch)
+                row["inductor_over_tunehub_time"] = row["inductor_us"] / row["tunehub_bmm_us"]
+            rows.append(row)
+            print(f"bmm {batch}x{m}x{n}x{k} {layout} {name}: {row}")
+            assert row["rel_err"] < 1e-2, row
+            if cfg is None:
+                assert row["extern_bmm"] == 1 and row["template_kernels"] == 0, row
+            else:
+                assert row["template_kernels"] == 1 and row["planned_block_m"] >= 1, row
+    ratios = [r["inductor_over_tunehub_time"] for r in rows if "inductor_over_tunehub_time" in r]
+    report["bmm"] = {
+        "rows": rows,
+        "geomean_inductor_over_tunehub_time": math.exp(statistics.fmean(map(math.log, ratios))),
+    }
+    geomean = report["bmm"]["geomean_inductor_over_tunehub_time"]
+    print(f"bmm: Inductor's template over triton.bmm, time geomean {geomean:.3f}")
+
+
 def bench(fn: Any) -> float:
     import triton
 
@@ -322,7 +410,7 @@ def main() -> int:
     print(report)
     for step in args.steps.split(","):
         try:
-            {"check": check, "mapping": mapping, "op": op}[step](report)
+            {"check": check, "mapping": mapping, "op": op, "bmm": bmm}[step](report)
         except Exception as exc:  # report what failed, go on with the next step
             import traceback
 
