@@ -226,7 +226,9 @@ static void pack_b_nhwc(const conv_t *cv, const T *wt, int64_t g, int64_t n0, in
 }
 
 /* nchw: rows pc .. pc+kc (k = (c, kh, kw)) and columns n0 .. n0+nc (output pixels) of image
-   b's patches of group g, transposed, into NR-column micro-panels. */
+   b's patches of group g, transposed, into NR-column micro-panels. A micro-panel row is NR
+   output pixels: split into runs along output rows, each run is a copy of the input row's
+   pixels that lie inside the image (one memcpy at stride 1) between zeros for the padding. */
 static void pack_b_nchw(const conv_t *cv, const T *x, int64_t b, int64_t g, int64_t n0,
                         int64_t nc, int64_t pc, int64_t kc, T *restrict bp)
 {
@@ -235,33 +237,33 @@ static void pack_b_nchw(const conv_t *cv, const T *x, int64_t b, int64_t g, int6
     for (int64_t jr = 0; jr < nc; jr += NR) {
         int64_t nr = nc - jr < NR ? nc - jr : NR;
         int64_t j0 = n0 + jr, oh0 = j0 / cv->ow, ow0 = j0 % cv->ow;
-        int one_row = ow0 + nr <= cv->ow;
-        int64_t ih0[NR], iw0[NR];
-        for (int64_t t = 0; t < NR; ++t) {
-            int64_t j = j0 + (t < nr ? t : 0);
-            ih0[t] = j / cv->ow * cv->sh - cv->ph;
-            iw0[t] = j % cv->ow * cv->sw - cv->pw;
-        }
         int64_t c = pc / taps, tap = pc % taps;
         for (int64_t q = 0; q < kc; ++q) {
             int64_t fh = tap / cv->kw * cv->dh, fw = tap % cv->kw * cv->dw;
             const T *plane = xg + c * hw;
             T *restrict dst = bp + q * NR;
-            int64_t ih = oh0 * cv->sh - cv->ph + fh, iw = ow0 * cv->sw - cv->pw + fw;
-            int64_t t = 0;
-            if (one_row && ih >= 0 && ih < cv->h && iw >= 0 && iw + (nr - 1) * cv->sw < cv->w) {
-                const T *src = plane + ih * cv->w + iw;
-                if (cv->sw == 1) {
-                    memcpy(dst, src, sizeof(T) * (size_t)nr);
-                } else {
-                    for (; t < nr; ++t) dst[t] = src[t * cv->sw];
+            int64_t t = 0, oh = oh0, ow = ow0;
+            while (t < nr) {
+                int64_t run = nr - t < cv->ow - ow ? nr - t : cv->ow - ow;
+                int64_t ih = oh * cv->sh - cv->ph + fh;
+                int64_t lo = 0, hi = 0;
+                if (ih >= 0 && ih < cv->h) {
+                    int64_t iw0 = ow * cv->sw - cv->pw + fw; /* input column of the run's first */
+                    lo = iw0 >= 0 ? 0 : (-iw0 + cv->sw - 1) / cv->sw;
+                    hi = iw0 < cv->w ? (cv->w - 1 - iw0) / cv->sw + 1 : 0;
+                    hi = hi < run ? hi : run;
+                    if (lo > hi) lo = hi;
+                    const T *src = plane + ih * cv->w + iw0;
+                    if (cv->sw == 1)
+                        memcpy(dst + t + lo, src + lo, sizeof(T) * (size_t)(hi - lo));
+                    else
+                        for (int64_t i = lo; i < hi; ++i) dst[t + i] = src[i * cv->sw];
                 }
-                t = nr;
-            } else {
-                for (; t < nr; ++t) {
-                    int64_t y = ih0[t] + fh, z = iw0[t] + fw;
-                    dst[t] = y >= 0 && y < cv->h && z >= 0 && z < cv->w ? plane[y * cv->w + z] : 0;
-                }
+                for (int64_t i = 0; i < lo; ++i) dst[t + i] = 0;
+                for (int64_t i = hi; i < run; ++i) dst[t + i] = 0;
+                t += run;
+                ow = 0;
+                ++oh;
             }
             for (; t < NR; ++t) dst[t] = 0;
             if (++tap == taps) { tap = 0; ++c; }
