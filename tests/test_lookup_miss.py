@@ -4,6 +4,7 @@ left to the route."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,7 @@ from tests.test_lookup_cache import add_key, record
 from tunehub.core import Target, Workload, local_cpu_target
 from tunehub.core.workload import MAX_DIM
 from tunehub.db import ScheduleStore
-from tunehub.service.app import create_app
+from tunehub.service.app import create_app, serving_process
 from tunehub.service.lookup_miss import plain_query
 from tunehub.service.settings import Settings
 
@@ -143,3 +144,14 @@ def test_only_plain_queries_are_parsed_here() -> None:
         "m=16&n=32&k=48&target=caf\u00e9".encode(),
     ):
         assert plain_query(query) is None, query
+
+
+def test_a_serving_process_sets_its_thread_switch_interval(tmp_path: Path) -> None:
+    before = sys.getswitchinterval()
+    try:
+        serving_process(Settings(home=tmp_path, switch_interval_secs=0.002))
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    finally:
+        sys.setswitchinterval(before)
+    with pytest.raises(ValueError, match="switch_interval_secs"):
+        Settings(home=tmp_path, switch_interval_secs=0)

@@ -50,7 +50,7 @@ def serve(
 
     from tunehub.core import Scope
     from tunehub.kernels.build import dir_problem
-    from tunehub.service.app import create_app
+    from tunehub.service.app import create_app, serving_process
 
     settings = load_settings()
     host = host or settings.host
@@ -95,6 +95,7 @@ def serve(
     if workers is not None:
         settings.workers = workers
     if settings.workers == 1:
+        serving_process(settings)
         uvicorn.run(
             create_app(settings),
             host=host,

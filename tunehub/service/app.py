@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -161,7 +162,19 @@ def serve_app() -> FastAPI:
     # A spawned worker does not inherit the CLI's logging set-up.
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("tunehub").setLevel(logging.INFO)
-    return create_app(Settings())
+    settings = Settings()
+    serving_process(settings)
+    return create_app(settings)
+
+
+def serving_process(settings: Settings) -> None:
+    """What a ``tunehub serve`` process sets for itself (not ``create_app``: apps built in
+    tests or embedded leave their process as it is): the interpreter's thread switch
+    interval. An uncached lookup reads the database on a thread of the pool and hands its
+    answer back to the event loop; with Python's default of 5 ms, either side waiting for
+    the other to let go of the interpreter made the answers' latency tail and cost about a
+    quarter of the throughput under wrk on the 2-core VM (docs/fastpath.md)."""
+    sys.setswitchinterval(settings.switch_interval_secs)
 
 
 def create_app(
@@ -382,10 +395,9 @@ def create_app(
     dashboard.mount_static(app)
     dashboard.mount_api_docs(app)
     dashboard.install_not_found(app)
-    # Outermost last: headers on every answer, then hosts, cached lookups, cross-site writes,
-    # CORS, bodies, and innermost the uncached plain lookups answered without the route.
-    app.add_middleware(FastMiss, read_requires_key=settings.read_requires_key,
-                       tune_unseen=settings.tune_unseen)  # fmt: skip
+    # Outermost last: headers on every answer, then hosts, cached lookups, the keyless rate
+    # limit, uncached plain lookups (answered without the route, before the layers that only
+    # browsers' requests and bodies need), cross-site writes, CORS, bodies.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        timeout_secs=settings.body_timeout_secs)  # fmt: skip
     if settings.cors_origins:
@@ -396,6 +408,8 @@ def create_app(
             allow_headers=[API_KEY_HEADER, "Authorization", "Content-Type"],
         )
     app.add_middleware(CrossSiteCheck, cors_origins=settings.cors_origins)
+    app.add_middleware(FastMiss, read_requires_key=settings.read_requires_key,
+                       tune_unseen=settings.tune_unseen)  # fmt: skip
     app.add_middleware(KeylessRateLimit, per_sec=settings.keyless_requests_per_sec,
                        burst=settings.keyless_burst)  # fmt: skip
     # Cached single lookups are answered here: inside the host check and the headers.

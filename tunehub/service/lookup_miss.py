@@ -15,8 +15,10 @@ Everything else goes on to the app unchanged, and so does every request this pat
 answer: an untuned shape (the ``predicted`` and ``default`` tiers, a 404), a value it does not
 take as it is (the route then answers its 422), and any failure, the database's included
 (the route reads again, and answers 503 with ``Retry-After`` through the app's one error
-mapping). It sits innermost of the app's middleware, so the host check, the keyless rate
-limit and the security headers apply as to the route.
+mapping). It sits inside the host check, the lookup cache and the keyless rate limit (which
+apply as to the route), and outside the layers that only a browser's request or a body needs
+(cross-site checks, CORS, the body limit) and Starlette's own, whose wrapping of every
+response was a tenth of an uncached answer's CPU time in a profile.
 """
 
 from __future__ import annotations

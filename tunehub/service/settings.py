@@ -102,6 +102,14 @@ class Settings(BaseSettings):
         description="Worker processes of `tunehub serve`; the job runner and the trainer run "
         "in one of them.",
     )
+    switch_interval_secs: float = Field(
+        default=0.0005,
+        gt=0,
+        le=0.1,
+        description="Python's thread switch interval in each `tunehub serve` process "
+        "(sys.setswitchinterval; Python's default is 0.005): how long the event loop may hold "
+        "the interpreter while the thread that read an uncached lookup's answer waits for it.",
+    )
     lookup_cache_entries: int = Field(
         default=50_000,
         ge=0,
