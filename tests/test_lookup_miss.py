@@ -18,7 +18,7 @@ from tests.test_api import baseline_record
 from tests.test_lookup_cache import add_key, record
 from tunehub.core import Target, Workload, local_cpu_target
 from tunehub.core.workload import MAX_DIM
-from tunehub.db import ScheduleStore
+from tunehub.db import ScheduleStore, SqlScheduleStore
 from tunehub.service.app import create_app, serving_process
 from tunehub.service.lookup_miss import plain_query
 from tunehub.service.settings import Settings
@@ -62,6 +62,14 @@ def test_the_tuned_tiers_answer_as_the_route_does(
     assert sibling.family_key == local.family_key and sibling.target_key != local.target_key
     store.put_target(sibling)
     store.commit_records([record(sibling, family, 6, 2e-4)])
+    threaded: list[str] = []  # workloads read with family_lookup (on a thread)
+    real = store.family_lookup
+
+    def family_lookup(**kw: Any) -> Any:
+        threaded.append(kw["workload_key"])
+        return real(**kw)
+
+    store.family_lookup = family_lookup  # type: ignore[method-assign]
     with client_for(store, tmp_path) as client:
         for query, source in (
             ("m=40&n=48&k=56", "exact"),
@@ -82,7 +90,13 @@ def test_the_tuned_tiers_answer_as_the_route_does(
             tag = fast.headers["etag"]
             same = client.get(f"{BEST}?{query}", headers={"If-None-Match": tag})
             assert same.status_code == 304 and same.headers["etag"] == tag
+        # PostgreSQL reads on the event loop (no thread) where no Baseline is to be read.
+        threaded.clear()
+        assert client.get(f"{BEST}?m=24&n=24&k=24&dtype=float64").json()["source"] == "family"
+        on_pg = isinstance(store, SqlScheduleStore) and store.engine.dialect.name == "postgresql"
+        assert threaded == ([] if on_pg else [family.key])
         answer = client.get(f"{BEST}?m=40&n=48&k=56").json()
+        assert threaded[-1] == exact.key  # its Baseline too: the threaded read
         assert answer["baseline"]["library"] == "openblas 0.3.31"
         assert answer["speedup_vs_baseline"] == pytest.approx(1.5)
 

@@ -61,6 +61,7 @@ from tunehub.core.fairshare import (
 )
 from tunehub.core.job import PERSON_PRIORITY
 from tunehub.core.owner import DEFAULT_LEASE_SECS
+from tunehub.db.async_lookup import AsyncLookups
 from tunehub.db.common import (
     ACTIVE_STATES,
     CHANGE_LOOKBACK_IDS,
@@ -161,6 +162,12 @@ class SqlScheduleStore(ScheduleStore):
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(write_engine(engine), expire_on_commit=False)
         self._lookups = lookup_engine(engine)
+        self._async_lookups: AsyncLookups | None = None
+        if engine.dialect.name == "postgresql":
+            queries = _LookupQueries.get()
+            self._async_lookups = AsyncLookups(
+                self._lookups, queries.schedules, queries.template_schedules
+            )
 
     def __repr__(self) -> str:
         return f"SqlScheduleStore({safe_url(self._engine.url)!r})"
@@ -760,6 +767,24 @@ class SqlScheduleStore(ScheduleStore):
                 return found, _records(session, queries.baselines, params)
 
         return read_once(self._lookups, read)
+
+    async def family_lookup_async(
+        self, *, workload_key: str, family_key: str, template: str | None = None
+    ) -> list[Schedule] | None:
+        lookups = self._async_lookups
+        if lookups is None or not lookups.available:
+            return None
+        params = {"workload_key": workload_key, "family_key": family_key}
+        if template is not None:
+            params["template"] = template
+        rows = await lookups.fetch(params, template=template is not None)
+        if rows and rows[0].has_baseline:
+            return None  # the Baselines too: family_lookup
+        return [_schedule(row) for row in rows]
+
+    async def aclose_async(self) -> None:
+        if self._async_lookups is not None:
+            await self._async_lookups.aclose()
 
     def schedules_for(
         self, *, workload_keys: Collection[str], family_keys: Collection[str]

@@ -612,6 +612,17 @@ class ScheduleStore(ABC):
         were made or revoked. Cheap: lookup caches in every serving process call it every
         few hundred milliseconds. See ``ChangeMark`` for the limits of what it sees."""
 
+    async def family_lookup_async(
+        self, *, workload_key: str, family_key: str, template: str | None = None
+    ) -> list[Schedule] | None:
+        """``family_lookup``'s schedules read on the running event loop, without a thread,
+        where the store can (PostgreSQL) and the workload has no Baseline; None where it
+        cannot (the caller reads with ``family_lookup``). Failures raise as they are."""
+        return None
+
+    async def aclose_async(self) -> None:  # noqa: B027 - optional hook
+        """Close what ``family_lookup_async`` keeps for the running event loop."""
+
     def ping(self, *, timeout_secs: float = 1.0) -> None:  # noqa: B027 - optional hook
         """Raise ``StoreUnavailable`` unless the store could take a write now, waiting at most
         about ``timeout_secs`` for a lock (health checks call it; it writes nothing). A store

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -267,6 +268,8 @@ def create_app(
         finally:
             gc.unfreeze()
             lookup_cache.stop()
+            with contextlib.suppress(Exception):  # the uncached lookups' async connections
+                await app.state.store.aclose_async()
             if trainer is not None:
                 trainer.stop()
             if runner is not None:

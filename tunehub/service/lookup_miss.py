@@ -7,7 +7,9 @@ resolving the router's dependencies, validating a dozen query parameters through
 then validating the answer against ``ScheduleOut`` and encoding it. Here a request that asks
 only for the lookup's usual parameters, spelled plainly (no percent-encoding, no repeated
 name, no key, no body, no ``tune``), is parsed by hand to the same ``Workload``, looked up
-with ``find_schedule`` in the thread pool (one database read) and answered with the bytes
+on the event loop where the store can (PostgreSQL: ``family_lookup_async``, no thread; see
+``tunehub.db.async_lookup``), else with ``find_schedule`` in the thread pool (one database
+read), and answered with the bytes
 ``ScheduleOut.model_dump_json`` would write (``batch_lookup.encode_schedule``; the tests hold
 both paths to the same answer), then kept in the lookup cache as the route would keep it.
 
@@ -30,7 +32,7 @@ from typing import Any, get_args
 import anyio.to_thread
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tunehub.core import LOCAL_CPU, Target, Workload
+from tunehub.core import LOCAL_CPU, Target, Workload, local_cpu_target
 from tunehub.core.workload import MAX_DIM
 from tunehub.db.store import ScheduleStore
 from tunehub.service.batch_lookup import encode_schedule, schedule_data
@@ -44,7 +46,7 @@ from tunehub.service.lookup_cache import (
     etag_of,
 )
 from tunehub.service.schemas import NAME_PATTERN, Dtype, Epilogue, Layout
-from tunehub.tuner.lookup import find_schedule
+from tunehub.tuner.lookup import LookupAnswer, answer_from, find_schedule
 
 log = logging.getLogger(__name__)
 
@@ -143,10 +145,12 @@ class FastMiss:
         cache: LookupCache = state.lookup_cache
         # Taken before the database is read: an answer computed across a change is not kept.
         generation = cache.generation
+        store: ScheduleStore = state.store
+        local: dict[str, Target] = getattr(state, "local_targets", {})
         try:
-            answer = await anyio.to_thread.run_sync(
-                _look_up, state.store, getattr(state, "local_targets", {}), *parsed
-            )
+            answer = await _look_up_here(store, local, *parsed)
+            if answer is None:
+                answer = await anyio.to_thread.run_sync(_look_up, store, local, *parsed)
         except Exception as exc:  # the route reads again and answers (503 from one place)
             log.debug("the fast lookup path failed, the route answers: %s", exc)
             answer = None
@@ -172,6 +176,30 @@ class FastMiss:
         await send({"type": "http.response.body", "body": body})
 
 
+async def _look_up_here(
+    store: ScheduleStore,
+    local: dict[str, Target],
+    workload: Workload,
+    target_name: str,
+    template: str | None,
+) -> CachedAnswer | None:
+    """``_look_up`` on the event loop, where the store reads without a thread
+    (``family_lookup_async``: PostgreSQL) and the target is this service's own; None where
+    it cannot (then a pool thread reads) or nothing tuned answers."""
+    target = local.get(target_name)
+    if target is None and target_name == LOCAL_CPU:
+        target = local_cpu_target()
+    if target is None:
+        return None  # a stored target key: read from the store, on a thread
+    schedules = await store.family_lookup_async(
+        workload_key=workload.key, family_key=target.family_key, template=template
+    )
+    if schedules is None:
+        return None
+    found = answer_from(schedules, (), workload, target, template=template)
+    return None if found is None else _encoded(found, workload)
+
+
 def _look_up(
     store: ScheduleStore,
     local: dict[str, Target],
@@ -186,8 +214,10 @@ def _look_up(
     except Exception:
         return None  # an unknown target: the route's 422 (a store failure: its 503)
     found = find_schedule(store, workload, target, template=template)
-    if found is None:
-        return None
+    return None if found is None else _encoded(found, workload)
+
+
+def _encoded(found: LookupAnswer, workload: Workload) -> CachedAnswer:
     body = encode_schedule(schedule_data(found))
     return CachedAnswer(
         body=body,

@@ -129,6 +129,19 @@ def find_schedule(
     schedules, baselines = store.family_lookup(
         workload_key=workload.key, family_key=target.family_key, template=template
     )
+    return answer_from(schedules, baselines, workload, target, template=template)
+
+
+def answer_from(
+    schedules: Sequence[Schedule],
+    baselines: Sequence[MeasureRecord],
+    workload: Workload,
+    target: Target,
+    *,
+    template: str | None = None,
+) -> LookupAnswer | None:
+    """``find_schedule``'s answer from what ``ScheduleStore.family_lookup`` read (or its
+    async read, whose workloads have no Baseline)."""
     picked = _pick(schedules, target, template)
     if picked is None:
         return None
