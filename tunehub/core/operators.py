@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tunehub.core.errors import InvalidSpec
 from tunehub.core.registry import Registry
@@ -124,9 +124,7 @@ class Field:
         return self.check(number)
 
     def to_dict(self) -> dict[str, object]:
-        kind = {"bool": "boolean", "int": "integer", "ints": "array", "choice": "string"}[
-            self.kind
-        ]
+        kind = {"bool": "boolean", "int": "integer", "ints": "array", "choice": "string"}[self.kind]
         out: dict[str, object] = {
             "name": self.name,
             "type": kind,
@@ -448,7 +446,7 @@ class Conv2d(Operator):
     epilogues = ("none",)
 
     def derived_shape(self, params: Mapping[str, object]) -> tuple[int, int, int]:
-        p = dict(self.params(params))
+        p: dict[str, Any] = dict(self.params(params))
         for name in self.REQUIRED:
             if p[name] == 0:
                 raise InvalidSpec(name, "is required (a positive integer)")
@@ -471,13 +469,15 @@ class Conv2d(Operator):
         m = out[0] * out[1]
         if m > _MAX_GEMM_DIM:
             raise InvalidSpec(
-                "height", f"the output image has {out[0]}x{out[1]} = {m} pixels, more than "
+                "height",
+                f"the output image has {out[0]}x{out[1]} = {m} pixels, more than "
                 f"{_MAX_GEMM_DIM} (the GEMM view's m)",
             )
         k = ic // groups * int(p["kernel_h"]) * int(p["kernel_w"])
         if k > _MAX_GEMM_DIM:
             raise InvalidSpec(
-                "in_channels", f"in_channels/groups x kernel_h x kernel_w = {k} is more than "
+                "in_channels",
+                f"in_channels/groups x kernel_h x kernel_w = {k} is more than "
                 f"{_MAX_GEMM_DIM} (the GEMM view's k)",
             )
         return m, oc // groups, k
@@ -485,7 +485,7 @@ class Conv2d(Operator):
     @staticmethod
     def output_hw(workload: Workload) -> tuple[int, int]:
         """The output's height and width."""
-        p = dict(workload.params)
+        p: dict[str, Any] = dict(workload.params)
         sizes = []
         for axis, size in (("h", "height"), ("w", "width")):
             extent = int(p[f"dilation_{axis}"]) * (int(p[f"kernel_{axis}"]) - 1) + 1
@@ -497,14 +497,14 @@ class Conv2d(Operator):
         return int(workload.param("batch")) * int(workload.param("groups"))
 
     def operand_bytes(self, workload: Workload, elem: int, out_elem: int) -> int:
-        p = dict(workload.params)
+        p: dict[str, Any] = dict(workload.params)
         batch, ic, oc = int(p["batch"]), int(p["in_channels"]), int(p["out_channels"])
         image = batch * ic * int(p["height"]) * int(p["width"])
         filters = oc * workload.k
         return (image + filters) * elem + batch * oc * workload.m * out_elem
 
     def shape_text(self, workload: Workload) -> str:
-        p = dict(workload.params)
+        p: dict[str, Any] = dict(workload.params)
         text = (
             f"{p['batch']}x{p['in_channels']}x{p['height']}x{p['width']} -> {p['out_channels']} "
             f"k{p['kernel_h']}x{p['kernel_w']}"

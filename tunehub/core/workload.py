@@ -194,7 +194,7 @@ class Workload:
             if name not in COMMON_FIELDS and name != "layout"
         }
         op = data.get("op", "matmul")
-        shape = {name: data.get(name) for name in ("m", "n", "k")}
+        shape: dict[str, Any] = {name: data.get(name) for name in ("m", "n", "k")}
         if any(value is None for value in shape.values()):
             derived = _derived_shape(op, own)
             for name, value in zip(("m", "n", "k"), derived or (None,) * 3, strict=True):

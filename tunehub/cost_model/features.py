@@ -32,6 +32,7 @@ import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -546,7 +547,7 @@ def _conv_view(workload: Workload, *, cpu: bool) -> Workload:
 
 
 def _conv_own(workload: Workload) -> dict[str, Column]:
-    p = dict(workload.params)
+    p: dict[str, Any] = dict(workload.params)
     groups = int(p["groups"])
     values = {
         "log2_batch": math.log2(int(p["batch"])),

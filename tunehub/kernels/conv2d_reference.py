@@ -21,6 +21,8 @@ True
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -37,7 +39,7 @@ CHECK_PROBLEMS = 16
 def conv_dims(workload: Workload) -> dict[str, int]:
     """The workload's fields as integers, with the output's ``oh``, ``ow`` and the per-group
     ``icg``, ``ocg``."""
-    p = {name: value for name, value in workload.params if name != "data_layout"}
+    p: dict[str, Any] = {n: value for n, value in workload.params if n != "data_layout"}
     dims = {name: int(value) for name, value in p.items()}
     dims["oh"], dims["ow"] = Conv2d.output_hw(workload)
     dims["icg"] = dims["in_channels"] // dims["groups"]
@@ -46,7 +48,7 @@ def conv_dims(workload: Workload) -> dict[str, int]:
 
 
 def is_nhwc(workload: Workload) -> bool:
-    return workload.param("data_layout") == "nhwc"
+    return bool(workload.param("data_layout") == "nhwc")
 
 
 def conv_shapes(

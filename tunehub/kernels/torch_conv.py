@@ -196,7 +196,7 @@ class TorchConv2dGpuBaseline(Template):
         environment.update(
             seed=seed,
             library="torch.nn.functional.conv2d",
-            library_version=f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}",
+            library_version=f"torch {torch.__version__}, cuDNN {_cudnn_version(torch)}",
             cudnn_benchmark=benchmark,
         )
         saved = torch.backends.cudnn.benchmark
@@ -253,3 +253,8 @@ class TorchConv2dGpuBaseline(Template):
             run_secs=run_secs,
             environment=environment,
         )
+
+
+def _cudnn_version(torch: Any) -> object:
+    """cuDNN's version as torch reports it (torch leaves the function untyped)."""
+    return torch.backends.cudnn.version()

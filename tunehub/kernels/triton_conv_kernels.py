@@ -13,6 +13,7 @@ together (the filters stay in L2). The grid's second axis is the group.
 
 from __future__ import annotations
 
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
