@@ -4,6 +4,7 @@ left to the route."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from tests.test_lookup_cache import add_key, record
 from tunehub.core import Target, Workload, local_cpu_target
 from tunehub.core.workload import MAX_DIM
 from tunehub.db import ScheduleStore, SqlScheduleStore
+from tunehub.db.async_lookup import MAX_OPEN
 from tunehub.service.app import create_app, serving_process
 from tunehub.service.lookup_miss import plain_query
 from tunehub.service.settings import Settings
@@ -169,3 +171,25 @@ def test_a_serving_process_sets_its_thread_switch_interval(tmp_path: Path) -> No
         sys.setswitchinterval(before)
     with pytest.raises(ValueError, match="switch_interval_secs"):
         Settings(home=tmp_path, switch_interval_secs=0)
+
+
+@pytest.mark.postgres
+def test_the_event_loop_read_keeps_a_few_connections(pg_store: SqlScheduleStore) -> None:
+    """Lookups beyond MAX_OPEN at once read on a thread (None here) rather than open more."""
+    local = local_cpu_target()
+    workload = Workload(m=40, n=48, k=56)
+    pg_store.commit_records([record(local, workload, 8, 1e-3)])
+    ask = {"workload_key": workload.key, "family_key": local.family_key}
+
+    async def burst() -> list[Any]:
+        found = await asyncio.gather(
+            *(pg_store.family_lookup_async(**ask) for _ in range(MAX_OPEN + 2))
+        )
+        again = await pg_store.family_lookup_async(**ask)  # an idle one again
+        await pg_store.aclose_async()
+        return [*found, again]
+
+    *found, again = asyncio.run(burst())
+    assert found.count(None) == 2
+    expected, _ = pg_store.family_lookup(**ask)
+    assert [f for f in found if f is not None] == [expected] * MAX_OPEN and again == expected

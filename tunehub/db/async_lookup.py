@@ -2,10 +2,11 @@
 connections, so an uncached lookup needs no thread of the pool.
 
 Read on a pool thread, an uncached lookup hands its answer back to the event loop, and the two
-threads take turns at the interpreter: under wrk on the 2-core VM that hand-over was the most
-of the lookup's latency tail. Here the statement of ``SqlScheduleStore.family_lookup`` (built
-once by SQLAlchemy, compiled once for psycopg) runs on a connection of the running loop's own,
-in autocommit, prepared on the server; idle connections are kept per loop (a few), and one
+threads take turns at the interpreter: under wrk on the 2-core VM that hand-over and the
+thread pool cost more server CPU than the rest of the lookup. Here the statement of
+``SqlScheduleStore.family_lookup`` (built once by SQLAlchemy, compiled once for psycopg) runs
+on a connection of the running loop's own, in autocommit, prepared on the server; a few
+connections are kept per loop (a lookup that finds them all busy reads on a thread), and one
 that fails is closed. After a failure the path stands aside for a few seconds, so that while
 the database is away a lookup is not made to fail twice (the caller takes the threaded path,
 which answers 503 through the app's one error mapping).
@@ -30,13 +31,14 @@ from tunehub.db.engine import PG_CONNECT_TIMEOUT_SECS
 
 log = logging.getLogger(__name__)
 
-MAX_IDLE = 4  # connections kept per event loop (one per request in flight at most)
+MAX_OPEN = 4  # connections per event loop; a lookup beyond them reads on a thread
 BACKOFF_SECS = 5.0  # how long the path stands aside after a failure
 
 
 class AsyncLookups:
     """Runs the single lookup's two statements (any template, one template) on psycopg async
-    connections of the running event loop; rows as named tuples with UTC timestamps."""
+    connections of the running event loop (``MAX_OPEN`` at most); rows as named tuples with
+    UTC timestamps."""
 
     def __init__(self, engine: Engine, plain: Select[Any], with_template: Select[Any]) -> None:
         url = engine.url.set(drivername="postgresql")
@@ -49,6 +51,9 @@ class AsyncLookups:
         self._idle: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, list[psycopg.AsyncConnection[Any]]
         ] = weakref.WeakKeyDictionary()
+        self._open: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
+            weakref.WeakKeyDictionary()
+        )
         self._resting_until = 0.0
 
     @property
@@ -56,10 +61,17 @@ class AsyncLookups:
         """False for a few seconds after a failure (see the module docstring)."""
         return time.monotonic() >= self._resting_until
 
-    async def fetch(self, params: dict[str, Any], *, template: bool) -> Sequence[Any]:
-        """The rows of the lookup's statement; any failure is raised (the connection closed)."""
-        idle = self._idle.setdefault(asyncio.get_running_loop(), [])
+    async def fetch(self, params: dict[str, Any], *, template: bool) -> Sequence[Any] | None:
+        """The rows of the lookup's statement, or None when the loop's ``MAX_OPEN``
+        connections are all busy (read on a thread instead: more connections would be opened
+        and closed again with every burst); any failure is raised (the connection closed)."""
+        loop = asyncio.get_running_loop()
+        idle = self._idle.setdefault(loop, [])
         conn = idle.pop() if idle else None
+        if conn is None:
+            if self._open.get(loop, 0) >= MAX_OPEN:
+                return None
+            self._open[loop] = self._open.get(loop, 0) + 1
         try:
             if conn is None:
                 conn = await psycopg.AsyncConnection.connect(
@@ -72,19 +84,19 @@ class AsyncLookups:
             rows = await cursor.fetchall()
         except BaseException:
             self._resting_until = time.monotonic() + BACKOFF_SECS
+            self._open[loop] -= 1
             if conn is not None:
                 with contextlib.suppress(Exception):
                     await conn.close()
             raise
-        if len(idle) < MAX_IDLE:
-            idle.append(conn)
-        else:
-            await conn.close()
+        idle.append(conn)
         return [_utc(row) for row in rows]
 
     async def aclose(self) -> None:
         """Close the running loop's idle connections (at the app's shutdown)."""
-        for conn in self._idle.pop(asyncio.get_running_loop(), []):
+        loop = asyncio.get_running_loop()
+        for conn in self._idle.pop(loop, []):
+            self._open[loop] -= 1
             with contextlib.suppress(Exception):
                 await conn.close()
 

@@ -778,6 +778,8 @@ class SqlScheduleStore(ScheduleStore):
         if template is not None:
             params["template"] = template
         rows = await lookups.fetch(params, template=template is not None)
+        if rows is None:
+            return None  # every connection busy: family_lookup
         if rows and rows[0].has_baseline:
             return None  # the Baselines too: family_lookup
         return [_schedule(row) for row in rows]
