@@ -693,7 +693,7 @@ def test_a_store_fault_while_looking_at_the_queue_is_said_once_then_counted(
     slice_over = runner._slice_over(job, worker)
     away = StoreUnavailable("the database is unreachable: connection refused")
     with monkeypatch.context() as patch, caplog.at_level("WARNING", "tunehub.service.runner"):
-        patch.setattr(store, "count_jobs", lambda **kwargs: (_ for _ in ()).throw(away))
+        patch.setattr(store, "owner_queues", lambda **kwargs: (_ for _ in ()).throw(away))
         assert not any(slice_over() for _ in range(50))
     said = [(r.getMessage(), r.exc_info is not None) for r in caplog.records]
     assert said == [(f"job {job.id}: could not look at the queue", True)]
