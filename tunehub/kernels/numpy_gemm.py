@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +20,9 @@ from tunehub.core import (
 )
 from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.environment import measurement_environment
-from tunehub.kernels.machine import watch
 from tunehub.kernels.reference import check_gemm, poisoned_output, random_operands, sample_rows
 from tunehub.kernels.space import Knob, SearchSpace
-from tunehub.kernels.timing import pinned_to_current_cpu, time_calls
+from tunehub.kernels.timing import LibraryCheck, measure_library_call
 
 
 def blas_description() -> dict[str, Any]:
@@ -86,7 +83,6 @@ class NumpyGemmBaseline(Template):
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
     ) -> MeasureResult:
         workload = request.workload
-        min_secs, max_repeats = timing.min_secs, timing.max_repeats
         environment = measurement_environment()
         environment.update(blas_description())
         threads = int(request.config["threads"])
@@ -103,37 +99,12 @@ class NumpyGemmBaseline(Template):
             if relu:
                 np.maximum(c, 0, out=c)
 
+        def check() -> LibraryCheck:
+            rows = sample_rows(workload.m, workload.n, workload.k, rng)
+            outcome = check_gemm(c, a, b, bias, workload.epilogue, rows=rows)
+            return LibraryCheck(outcome.ok, outcome.message)
+
         with threadpool_limits(limits=threads, user_api="blas"):
-            start = time.perf_counter()
-            call()
-            check = check_gemm(
-                c,
-                a,
-                b,
-                bias,
-                workload.epilogue,
-                rows=sample_rows(workload.m, workload.n, workload.k, rng),
+            return measure_library_call(
+                call, check, environment=environment, seed=seed, threads=threads, timing=timing
             )
-            verify_secs = time.perf_counter() - start
-            environment.update(seed=seed, threads=threads)
-            if not check.ok:
-                return MeasureResult(
-                    MeasureStatus.WRONG_ANSWER,
-                    error=check.message,
-                    verify_secs=verify_secs,
-                    environment=environment,
-                )
-            # One thread is pinned while timed, as blis.gemm's C loop pins its kernel.
-            pin = pinned_to_current_cpu() if threads == 1 else contextlib.nullcontext(None)
-            with pin as cpu, watch() as machine:
-                start = time.perf_counter()
-                timed = time_calls(call, min_secs=min_secs, max_repeats=max_repeats)
-                run_secs = time.perf_counter() - start
-        environment.update(calls_per_repeat=timed.calls_per_repeat, pinned_cpu=cpu, machine=machine)
-        return MeasureResult(
-            MeasureStatus.OK,
-            repeat_secs=timed.repeat_secs,
-            verify_secs=verify_secs,
-            run_secs=run_secs,
-            environment=environment,
-        )

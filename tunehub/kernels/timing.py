@@ -1,4 +1,5 @@
-"""Timing in Python with the policy of the generated C timing loop, for library baselines."""
+"""Timing in Python with the policy of the generated C timing loop, for library baselines, and
+the check-then-time path of the CPU library baselines (``measure_library_call``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,13 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from tunehub.core import MeasureResult, MeasureStatus
+from tunehub.kernels.base import TimingPolicy
+from tunehub.kernels.machine import watch
 
 # Same defaults as blis.gemm's C loop (tunehub_bench), so both sides are timed alike.
 MIN_REPEATS = 3
@@ -108,3 +114,73 @@ def pinned_to_current_cpu() -> Iterator[int | None]:
         yield cpu
     finally:
         os.sched_setaffinity(0, saved)
+
+
+@dataclass(frozen=True)
+class LibraryCheck:
+    """A CPU baseline's output against the reference: the verdict, and what the environment
+    records of it (``recorded`` whatever the verdict, ``recorded_if_ok`` only when it passed)."""
+
+    ok: bool
+    message: str
+    recorded: dict[str, Any] = field(default_factory=dict)
+    recorded_if_ok: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of_sampled(cls, outcome: tuple[bool, int, float, float, str]) -> LibraryCheck:
+        """From ``check_bmm``'s and ``check_conv``'s (ok, rows, max abs error, max error
+        ratio, message)."""
+        ok, rows, max_abs, max_ratio, message = outcome
+        return cls(
+            ok,
+            message,
+            {"verify_rows": rows},
+            {"max_abs_err": max_abs, "max_err_ratio": max_ratio},
+        )
+
+
+def measure_library_call(
+    call: Callable[[], object],
+    check: Callable[[], LibraryCheck],
+    *,
+    environment: dict[str, Any],
+    seed: int,
+    threads: int,
+    timing: TimingPolicy,
+    first: Callable[[], object] | None = None,
+) -> MeasureResult:
+    """Check, then time, a CPU library baseline's ``call``, as ``blis.gemm`` checks and times
+    its kernel: ``first`` (default ``call``) writes the NaN-poisoned output once and ``check``
+    compares it with the reference (together, ``verify_secs``); a wrong answer is a status;
+    then ``time_calls`` with warm caches, pinned to one CPU when single-threaded, the machine
+    watched around it. The caller sets the library's thread count around this call.
+    ``environment`` (the caller's, host and library already in it) gains the seed, the
+    threads, the check's entries and the timing's."""
+    start = time.perf_counter()
+    (first or call)()
+    verdict = check()
+    verify_secs = time.perf_counter() - start
+    environment.update(seed=seed, threads=threads)
+    environment.update(verdict.recorded)
+    if not verdict.ok:
+        return MeasureResult(
+            MeasureStatus.WRONG_ANSWER,
+            error=verdict.message,
+            verify_secs=verify_secs,
+            environment=environment,
+        )
+    environment.update(verdict.recorded_if_ok)
+    # One thread is pinned while timed, as blis.gemm's C loop pins its kernel.
+    pin = pinned_to_current_cpu() if threads == 1 else contextlib.nullcontext(None)
+    with pin as cpu, watch() as machine:
+        start = time.perf_counter()
+        timed = time_calls(call, min_secs=timing.min_secs, max_repeats=timing.max_repeats)
+        run_secs = time.perf_counter() - start
+    environment.update(calls_per_repeat=timed.calls_per_repeat, pinned_cpu=cpu, machine=machine)
+    return MeasureResult(
+        MeasureStatus.OK,
+        repeat_secs=timed.repeat_secs,
+        verify_secs=verify_secs,
+        run_secs=run_secs,
+        environment=environment,
+    )

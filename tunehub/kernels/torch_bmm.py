@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,8 @@ from tunehub.core import (
 from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.blis_bmm import bmm_operands, check_bmm
 from tunehub.kernels.environment import measurement_environment
-from tunehub.kernels.machine import watch
 from tunehub.kernels.space import Knob, SearchSpace
-from tunehub.kernels.timing import pinned_to_current_cpu, time_calls
+from tunehub.kernels.timing import LibraryCheck, measure_library_call
 
 
 def torch_description() -> dict[str, Any]:
@@ -45,6 +44,19 @@ def torch_description() -> dict[str, Any]:
         "torch_mkldnn": bool(torch.backends.mkldnn.is_available()),  # type: ignore[no-untyped-call]
         "torch_threads": torch.get_num_threads(),
     }
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """PyTorch's intra-op thread count set for the block and restored after."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 class TorchBmmBaseline(Template):
@@ -96,38 +108,14 @@ class TorchBmmBaseline(Template):
         b = torch.from_numpy(b_np)
         if b.dim() == 2:
             b = b.expand(batch, workload.k, workload.n)
-        saved = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
 
-            def call() -> None:
-                torch.bmm(a, b, out=c)
+        def call() -> None:
+            torch.bmm(a, b, out=c)
 
-            start = time.perf_counter()
-            call()
-            ok, rows, max_abs, max_ratio, message = check_bmm(c_np, a_np, b_np, rng)
-            verify_secs = time.perf_counter() - start
-            environment.update(seed=seed, threads=threads, verify_rows=rows)
-            if not ok:
-                return MeasureResult(
-                    MeasureStatus.WRONG_ANSWER,
-                    error=message,
-                    verify_secs=verify_secs,
-                    environment=environment,
-                )
-            environment.update(max_abs_err=max_abs, max_err_ratio=max_ratio)
-            pin = pinned_to_current_cpu() if threads == 1 else contextlib.nullcontext(None)
-            with pin as cpu, watch() as machine:
-                start = time.perf_counter()
-                timed = time_calls(call, min_secs=timing.min_secs, max_repeats=timing.max_repeats)
-                run_secs = time.perf_counter() - start
-        finally:
-            torch.set_num_threads(saved)
-        environment.update(calls_per_repeat=timed.calls_per_repeat, pinned_cpu=cpu, machine=machine)
-        return MeasureResult(
-            MeasureStatus.OK,
-            repeat_secs=timed.repeat_secs,
-            verify_secs=verify_secs,
-            run_secs=run_secs,
-            environment=environment,
-        )
+        def check() -> LibraryCheck:
+            return LibraryCheck.of_sampled(check_bmm(c_np, a_np, b_np, rng))
+
+        with torch_threads(threads):
+            return measure_library_call(
+                call, check, environment=environment, seed=seed, threads=threads, timing=timing
+            )

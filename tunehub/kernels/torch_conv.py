@@ -13,7 +13,6 @@ off), checked against the float64 conv on the device. Imports torch only to run.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import time
 from pathlib import Path
@@ -39,10 +38,9 @@ from tunehub.kernels.conv2d_reference import (
     is_nhwc,
 )
 from tunehub.kernels.environment import measurement_environment
-from tunehub.kernels.machine import watch
 from tunehub.kernels.space import Knob, SearchSpace
-from tunehub.kernels.timing import pinned_to_current_cpu, time_calls
-from tunehub.kernels.torch_bmm import torch_description
+from tunehub.kernels.timing import LibraryCheck, measure_library_call
+from tunehub.kernels.torch_bmm import torch_description, torch_threads
 
 
 def conv_kwargs(workload: Workload) -> dict[str, Any]:
@@ -104,42 +102,24 @@ class TorchConv2dBaseline(Template):
         if is_nhwc(workload):  # the stored (N, H, W, C) arrays as channels_last NCHW tensors
             x, w, y = (t.permute(0, 3, 1, 2) for t in (x, w, y))
         kwargs = conv_kwargs(workload)
-        saved = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
 
-            def call() -> Any:
-                return torch.nn.functional.conv2d(x, w, **kwargs)
+        def call() -> Any:
+            return torch.nn.functional.conv2d(x, w, **kwargs)
 
-            start = time.perf_counter()
-            with torch.no_grad():
-                y.copy_(call())
-            ok, rows, max_abs, max_ratio, message = check_conv(y_np, x_np, w_np, workload, rng)
-            verify_secs = time.perf_counter() - start
-            environment.update(seed=seed, threads=threads, verify_rows=rows)
-            if not ok:
-                return MeasureResult(
-                    MeasureStatus.WRONG_ANSWER,
-                    error=message,
-                    verify_secs=verify_secs,
-                    environment=environment,
-                )
-            environment.update(max_abs_err=max_abs, max_err_ratio=max_ratio)
-            pin = pinned_to_current_cpu() if threads == 1 else contextlib.nullcontext(None)
-            with pin as cpu, watch() as machine, torch.no_grad():
-                start = time.perf_counter()
-                timed = time_calls(call, min_secs=timing.min_secs, max_repeats=timing.max_repeats)
-                run_secs = time.perf_counter() - start
-        finally:
-            torch.set_num_threads(saved)
-        environment.update(calls_per_repeat=timed.calls_per_repeat, pinned_cpu=cpu, machine=machine)
-        return MeasureResult(
-            MeasureStatus.OK,
-            repeat_secs=timed.repeat_secs,
-            verify_secs=verify_secs,
-            run_secs=run_secs,
-            environment=environment,
-        )
+        def check() -> LibraryCheck:
+            return LibraryCheck.of_sampled(check_conv(y_np, x_np, w_np, workload, rng))
+
+        # conv2d has no out=: the first result is copied into the poisoned output.
+        with torch_threads(threads), torch.no_grad():
+            return measure_library_call(
+                call,
+                check,
+                environment=environment,
+                seed=seed,
+                threads=threads,
+                timing=timing,
+                first=lambda: y.copy_(call()),
+            )
 
 
 class TorchConv2dGpuBaseline(Template):
