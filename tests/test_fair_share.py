@@ -211,7 +211,7 @@ def test_each_of_two_new_keys_first_job_starts_within_one_slice(store: ScheduleS
 
 def test_the_slice_is_shortened_only_while_other_keys_first_jobs_wait() -> None:
     t0 = utc_now()
-    at = {"started_at": t0, "slice_secs": 30.0, "min_slice_secs": 2.0}
+    at: dict[str, Any] = {"started_at": t0, "slice_secs": 30.0, "min_slice_secs": 2.0}
     had_turn, own = OwnerQueue(2, 5, True, t0), OwnerQueue(1, 3, True, t0)
     assert job_slice_secs([], own_key=1, **at) is None  # nothing waits: it runs on
     assert job_slice_secs([OwnerQueue(2, 0, True, None)], own_key=1, **at) is None
