@@ -14,6 +14,10 @@ The policy, for every GPU template and the cuBLAS baseline alike:
 
 Under ``TRITON_INTERPRET=1`` on a machine without a GPU (the CPU tests) the same calls are
 timed with the host clock; those times only prove the path runs.
+
+``check_then_time`` is the path every GPU template and GPU baseline runs a candidate by (check
+the output against the reference, then time it, then the record), and ``GpuFailures`` how an
+exception on the way becomes a record.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
+from tunehub.core import MeasureResult, MeasureStatus
+from tunehub.kernels.base import DeviceContextLost, TimingPolicy
 from tunehub.kernels.machine import watch, watch_gpu
 
 WARMUP_SECS = 0.025
@@ -136,6 +142,137 @@ def _time_on_host(call: Callable[[], Any], *, min_secs: float, max_repeats: int)
         call()
         secs.append(max(time.perf_counter() - start, 1e-9))
     return GpuTiming(tuple(secs), False, 0, 1)
+
+
+class OutputCheck(Protocol):
+    """What the GPU checks answer (``gpu_reference.check``, the conv and attention kernels')."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def relative_error(self) -> float: ...
+    @property
+    def tolerance(self) -> float: ...
+    @property
+    def message(self) -> str: ...
+
+
+def check_then_time(
+    call: Callable[[], Any],
+    check: Callable[[Any], OutputCheck],
+    *,
+    device: torch.device,
+    environment: dict[str, Any],
+    timing: TimingPolicy,
+    compile_secs: float = 0.0,
+    first: Callable[[], Any] | None = None,
+    called: bool = False,
+    since: float | None = None,
+    wrong_answer_note: str = "",
+) -> MeasureResult:
+    """Check ``call``'s output against the reference, then time it by the policy above.
+
+    ``first`` (default ``call``) writes the NaN-poisoned output once and ``check`` is given
+    what it returned; together they are ``verify_secs``, counted from ``since`` where the
+    caller's own binding belongs to it. ``called``: the caller has run the first call already
+    (a compiling launch, its own ``compile_secs``), so only the check is verification. A wrong
+    answer is a status (its message followed by ``wrong_answer_note``), never a time.
+    ``environment`` gains the check's error and tolerance and the timing's graph, flush and
+    machine state. Exceptions pass through, for the caller's ``GpuFailures``.
+    """
+    start = time.perf_counter() if since is None else since
+    got = None
+    if not called:
+        got = (first or call)()
+        _synchronize(device)
+    verdict = check(got)
+    verify_secs = time.perf_counter() - start
+    environment.update(relative_error=verdict.relative_error, tolerance=verdict.tolerance)
+    if not verdict.ok:
+        note = f"; {wrong_answer_note}" if wrong_answer_note else ""
+        return MeasureResult(
+            MeasureStatus.WRONG_ANSWER,
+            error=verdict.message + note,
+            compile_secs=compile_secs,
+            verify_secs=verify_secs,
+            environment=environment,
+        )
+    start = time.perf_counter()
+    timed = time_gpu(call, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device)
+    run_secs = time.perf_counter() - start
+    environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
+    return MeasureResult(
+        MeasureStatus.OK,
+        repeat_secs=timed.repeat_secs,
+        compile_secs=compile_secs,
+        verify_secs=verify_secs,
+        run_secs=run_secs,
+        environment=environment,
+    )
+
+
+def first_launch_secs(launch: Callable[[], Any], device: torch.device) -> float:
+    """Run a kernel's first launch to its end: the seconds it took, its compile included
+    where Triton compiles at first launch (its cache keeps the result)."""
+    start = time.perf_counter()
+    launch()
+    _synchronize(device)
+    return time.perf_counter() - start
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class GpuFailures:
+    """How an exception out of a GPU run becomes its record: a ``runtime_error``, raised as
+    ``DeviceContextLost`` where its text says the CUDA context cannot be trusted. The families
+    below word theirs a little apart; each keeps its wording, so that old and new records of a
+    template read alike."""
+
+    catch: tuple[type[Exception], ...] = (RuntimeError,)
+    out_of_memory: bool = True  # "out of GPU memory: ..." for torch.cuda.OutOfMemoryError
+    tail: bool = False  # keep the text's last 3000 characters (a compiler names the cause last)
+    lost: tuple[str, ...] = ("CUDA error",)  # words that mean the context is poisoned
+    compile_secs: bool = True  # whether a runtime error's record keeps compile_secs
+
+    def record(
+        self, exc: Exception, environment: dict[str, Any], compile_secs: float = 0.0
+    ) -> MeasureResult:
+        """The record of ``exc`` (one of ``catch``); raises DeviceContextLost for a lost one."""
+        if self.out_of_memory and isinstance(exc, torch.cuda.OutOfMemoryError):
+            return MeasureResult(
+                MeasureStatus.RUNTIME_ERROR,
+                error=f"out of GPU memory: {exc}"[:2000],
+                compile_secs=compile_secs,
+                environment=environment,
+            )
+        text = f"{type(exc).__name__}: {exc}"
+        failed = MeasureResult(
+            MeasureStatus.RUNTIME_ERROR,
+            error=text[-3000:] if self.tail else text[:3000],
+            compile_secs=compile_secs if self.compile_secs else 0.0,
+            environment=environment,
+        )
+        if any(word in str(exc) for word in self.lost):
+            raise DeviceContextLost(failed) from None
+        return failed
+
+
+# The vendor libraries through PyTorch (cuDNN's conv2d, SDPA).
+LIBRARY_FAILURES = GpuFailures()
+# torch.matmul (cuBLAS): out of memory is worded as any other runtime error.
+MATMUL_FAILURES = GpuFailures(out_of_memory=False)
+# Kernels compiled before the run (triton.gemm), and the bmm family's run (triton.bmm,
+# triton.grouped_mm and their torch baselines): an illegal address poisons the context too.
+TRITON_FAILURES = GpuFailures(lost=("CUDA error", "illegal"))
+# Kernels compiled by their first launch in the run (triton.conv2d, triton.attention): any
+# exception (a compile failure, out of resources) is the config's runtime error.
+FIRST_LAUNCH_FAILURES = GpuFailures(
+    catch=(Exception,), tail=True, lost=("CUDA error", "illegal"), compile_secs=False
+)
 
 
 def sm_clock_mhz(index: int = 0) -> int | None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +46,11 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.triton_gemm import (
     _device,
     _interpreting,
-    _synchronize,
     capability_of,
     device_props,
 )
@@ -270,10 +268,9 @@ class TritonAttentionTemplate(Template):
     ) -> MeasureResult:
         """Check the kernel on fresh random Q, K, V into a NaN-poisoned O against the float32
         reference, then time it (``tunehub.kernels.gpu_timing``)."""
-        import torch
-
         from tunehub.kernels import triton_attention_kernels as kernels
-        from tunehub.kernels.gpu_timing import gpu_environment, time_gpu
+        from tunehub.kernels.gpu_timing import FIRST_LAUNCH_FAILURES as failures
+        from tunehub.kernels.gpu_timing import check_then_time, first_launch_secs, gpu_environment
 
         workload = request.workload
         device = _device()
@@ -287,50 +284,15 @@ class TritonAttentionTemplate(Template):
             launch = kernels.bind(
                 ops.q, ops.k, ops.v, ops.out, causal=ops.causal, config=request.config.to_dict()
             )
-            start = time.perf_counter()
-            launch()  # compiles on first launch (the Triton cache keeps it)
-            _synchronize(device)
-            compile_secs = time.perf_counter() - start
-            start = time.perf_counter()
-            ref = kernels.reference(ops)
-            check = kernels.check(ops.out, ref, workload.dtype)
-            del ref
-            verify_secs = time.perf_counter() - start
-            environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
-            if not check.ok:
-                return MeasureResult(
-                    MeasureStatus.WRONG_ANSWER,
-                    error=check.message,
-                    compile_secs=compile_secs,
-                    verify_secs=verify_secs,
-                    environment=environment,
-                )
-            start = time.perf_counter()
-            timed = time_gpu(
-                launch, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
-            )
-            run_secs = time.perf_counter() - start
-        except torch.cuda.OutOfMemoryError as exc:
-            return MeasureResult(
-                MeasureStatus.RUNTIME_ERROR,
-                error=f"out of GPU memory: {exc}"[:2000],
-                compile_secs=compile_secs,
+            compile_secs = first_launch_secs(launch, device)
+            return check_then_time(
+                launch,
+                lambda _: kernels.check(ops.out, kernels.reference(ops), workload.dtype),
+                device=device,
                 environment=environment,
+                timing=timing,
+                compile_secs=compile_secs,
+                called=True,
             )
-        except Exception as exc:  # a compile failure (out of resources), a CUDA error
-            text = f"{type(exc).__name__}: {exc}"
-            failed = MeasureResult(
-                MeasureStatus.RUNTIME_ERROR, error=text[-3000:], environment=environment
-            )
-            if "CUDA error" in text or "illegal" in text:
-                raise DeviceContextLost(failed) from None
-            return failed
-        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
-        return MeasureResult(
-            MeasureStatus.OK,
-            repeat_secs=timed.repeat_secs,
-            compile_secs=compile_secs,
-            verify_secs=verify_secs,
-            run_secs=run_secs,
-            environment=environment,
-        )
+        except failures.catch as exc:  # a compile failure (out of resources), a CUDA error
+            return failures.record(exc, environment, compile_secs)
