@@ -40,7 +40,7 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels import triton_gemm_limits as limits
-from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.triton_gemm import capability_of, device_props
 
@@ -530,8 +530,9 @@ def run_checked(
     import torch
 
     from tunehub.kernels import gpu_reference as ref
-    from tunehub.kernels.gpu_timing import gpu_environment, tf32, time_gpu
-    from tunehub.kernels.triton_gemm import _device, _synchronize
+    from tunehub.kernels.gpu_timing import TRITON_FAILURES as failures
+    from tunehub.kernels.gpu_timing import check_then_time, gpu_environment, tf32
+    from tunehub.kernels.triton_gemm import _device
 
     workload = request.workload
     device = _device()
@@ -541,60 +542,30 @@ def run_checked(
     seed = secrets.randbits(62)
     environment["seed"] = seed
     compile_secs = artifact.compile_secs
+    rows = "C's rows are batch-major (entry = row // m)" if workload.op == "bmm" else ""
     try:
         with tf32(workload.allow_tf32):
             ops = template._operands(workload, device, seed)
             call = template._call(ops, request)
             environment.update(ops.library)
-            start = time.perf_counter()
-            got = call()
-            _synchronize(device)
-            out = got if isinstance(got, torch.Tensor) else ops.out
-            expected = bmm_reference(ops) if workload.op == "bmm" else grouped_reference(ops)
-            n = workload.n
-            check = ref.check(out.reshape(-1, n), expected.reshape(-1, n), workload)
-            verify_secs = time.perf_counter() - start
-            environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
-            if not check.ok:
-                rows = "C's rows are batch-major (entry = row // m)" if workload.op == "bmm" else ""
-                return MeasureResult(
-                    MeasureStatus.WRONG_ANSWER,
-                    error=check.message + (f"; {rows}" if rows else ""),
-                    compile_secs=compile_secs,
-                    verify_secs=verify_secs,
-                    environment=environment,
-                )
-            start = time.perf_counter()
-            timed = time_gpu(
-                call, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
+
+            def check(got: Any) -> Any:
+                out = got if isinstance(got, torch.Tensor) else ops.out
+                expected = bmm_reference(ops) if workload.op == "bmm" else grouped_reference(ops)
+                n = workload.n
+                return ref.check(out.reshape(-1, n), expected.reshape(-1, n), workload)
+
+            return check_then_time(
+                call,
+                check,
+                device=device,
+                environment=environment,
+                timing=timing,
+                compile_secs=compile_secs,
+                wrong_answer_note=rows,
             )
-            run_secs = time.perf_counter() - start
-    except torch.cuda.OutOfMemoryError as exc:
-        return MeasureResult(
-            MeasureStatus.RUNTIME_ERROR,
-            error=f"out of GPU memory: {exc}"[:2000],
-            compile_secs=compile_secs,
-            environment=environment,
-        )
-    except (RuntimeError, getattr(torch, "AcceleratorError", RuntimeError)) as exc:
-        failed = MeasureResult(
-            MeasureStatus.RUNTIME_ERROR,
-            error=f"{type(exc).__name__}: {exc}"[:3000],
-            compile_secs=compile_secs,
-            environment=environment,
-        )
-        if "CUDA error" in str(exc) or "illegal" in str(exc):
-            raise DeviceContextLost(failed) from None
-        return failed
-    environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
-    return MeasureResult(
-        MeasureStatus.OK,
-        repeat_secs=timed.repeat_secs,
-        compile_secs=compile_secs,
-        verify_secs=verify_secs,
-        run_secs=run_secs,
-        environment=environment,
-    )
+    except failures.catch as exc:
+        return failures.record(exc, environment, compile_secs)
 
 
 def gemm_config(config: Config) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels import triton_gemm_limits as limits
-from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 
 # 192: a composite tile (a 128- and a 64-row block, ``tiled`` and ``tma`` without split-K),
@@ -488,11 +488,10 @@ class TritonGemmTemplate(Template):
     ) -> MeasureResult:
         """Check the kernel on fresh random operands into a NaN-poisoned C against a float64
         reference, then time it (see ``tunehub.kernels.gpu_timing``)."""
-        import torch
-
         from tunehub.kernels import gpu_reference as ref
         from tunehub.kernels import triton_gemm_kernels as kernels
-        from tunehub.kernels.gpu_timing import gpu_environment, time_gpu
+        from tunehub.kernels.gpu_timing import TRITON_FAILURES as failures
+        from tunehub.kernels.gpu_timing import check_then_time, gpu_environment
 
         workload = request.workload
         device = _device()
@@ -502,7 +501,7 @@ class TritonGemmTemplate(Template):
         environment["seed"] = seed
         try:
             ops = ref.operands(workload, device, seed)
-            start = time.perf_counter()
+            start = time.perf_counter()  # binding the launch counts as verification
             launch = gemm_call(
                 kernels,
                 ops,
@@ -510,50 +509,17 @@ class TritonGemmTemplate(Template):
                 request.config,
                 num_sms=request.target.cores if device.type == "cuda" else None,
             )
-            launch()
-            _synchronize(device)
-            check = ref.check(ops.out, ref.reference(ops, workload.epilogue), workload)
-            verify_secs = time.perf_counter() - start
-            environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
-            if not check.ok:
-                return MeasureResult(
-                    MeasureStatus.WRONG_ANSWER,
-                    error=check.message,
-                    compile_secs=artifact.compile_secs,
-                    verify_secs=verify_secs,
-                    environment=environment,
-                )
-            start = time.perf_counter()
-            timed = time_gpu(
-                launch, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
-            )
-            run_secs = time.perf_counter() - start
-        except torch.cuda.OutOfMemoryError as exc:
-            return MeasureResult(
-                MeasureStatus.RUNTIME_ERROR,
-                error=f"out of GPU memory: {exc}"[:2000],
-                compile_secs=artifact.compile_secs,
+            return check_then_time(
+                launch,
+                lambda _: ref.check(ops.out, ref.reference(ops, workload.epilogue), workload),
+                device=device,
                 environment=environment,
-            )
-        except (RuntimeError, getattr(torch, "AcceleratorError", RuntimeError)) as exc:
-            failed = MeasureResult(
-                MeasureStatus.RUNTIME_ERROR,
-                error=f"{type(exc).__name__}: {exc}"[:3000],
+                timing=timing,
                 compile_secs=artifact.compile_secs,
-                environment=environment,
+                since=start,
             )
-            if "CUDA error" in str(exc) or "illegal" in str(exc):
-                raise DeviceContextLost(failed) from None  # the context cannot be trusted
-            return failed
-        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
-        return MeasureResult(
-            MeasureStatus.OK,
-            repeat_secs=timed.repeat_secs,
-            compile_secs=artifact.compile_secs,
-            verify_secs=verify_secs,
-            run_secs=run_secs,
-            environment=environment,
-        )
+        except failures.catch as exc:
+            return failures.record(exc, environment, artifact.compile_secs)
 
 
 def kernel_config(config: Config) -> dict[str, Any]:
