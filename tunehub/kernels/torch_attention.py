@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,9 +28,9 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.space import Knob, SearchSpace
-from tunehub.kernels.triton_gemm import _device, _synchronize
+from tunehub.kernels.triton_gemm import _device
 
 BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 # torch.nn.attention.SDPBackend's member per knob value.
@@ -107,7 +106,8 @@ class TorchSdpaBaseline(Template):
         import torch
 
         from tunehub.kernels import triton_attention_kernels as kernels
-        from tunehub.kernels.gpu_timing import gpu_environment, time_gpu
+        from tunehub.kernels.gpu_timing import LIBRARY_FAILURES as failures
+        from tunehub.kernels.gpu_timing import check_then_time, gpu_environment
 
         workload = request.workload
         device = _device()
@@ -127,61 +127,42 @@ class TorchSdpaBaseline(Template):
             else:
                 environment["sdpa_backend"] = backend
             call = _call(ops, backend, torch)
-            start = time.perf_counter()
-            try:
-                with warnings.catch_warnings():
-                    # A forced backend that cannot run warns why, then raises.
-                    warnings.simplefilter("ignore", UserWarning)
-                    ops.out.copy_(call())
-            except RuntimeError as exc:
-                if "No available kernel" in str(exc) or "No viable backend" in str(exc):
-                    return MeasureResult(
-                        MeasureStatus.INVALID,
-                        error=f"sdpa backend {backend} cannot run {workload.label}: {exc}"[:2000],
-                        environment=environment,
-                    )
-                raise
-            _synchronize(device)
-            ref = kernels.reference(ops)
-            check = kernels.check(ops.out, ref, workload.dtype)
-            del ref
-            verify_secs = time.perf_counter() - start
-            environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
-            if not check.ok:
-                return MeasureResult(
-                    MeasureStatus.WRONG_ANSWER,
-                    error=check.message,
-                    verify_secs=verify_secs,
-                    environment=environment,
-                )
-            start = time.perf_counter()
-            timed = time_gpu(
-                call, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
+
+            def first() -> Any:
+                try:
+                    with warnings.catch_warnings():
+                        # A forced backend that cannot run warns why, then raises.
+                        warnings.simplefilter("ignore", UserWarning)
+                        return ops.out.copy_(call())
+                except RuntimeError as exc:
+                    if "No available kernel" in str(exc) or "No viable backend" in str(exc):
+                        raise _CannotRun(exc) from None
+                    raise
+
+            return check_then_time(
+                call,
+                lambda _: kernels.check(ops.out, kernels.reference(ops), workload.dtype),
+                device=device,
+                environment=environment,
+                timing=timing,
+                first=first,
             )
-            run_secs = time.perf_counter() - start
-        except torch.cuda.OutOfMemoryError as exc:
+        except _CannotRun as refused:
             return MeasureResult(
-                MeasureStatus.RUNTIME_ERROR,
-                error=f"out of GPU memory: {exc}"[:2000],
+                MeasureStatus.INVALID,
+                error=f"sdpa backend {backend} cannot run {workload.label}: {refused.cause}"[:2000],
                 environment=environment,
             )
-        except RuntimeError as exc:
-            failed = MeasureResult(
-                MeasureStatus.RUNTIME_ERROR,
-                error=f"{type(exc).__name__}: {exc}"[:3000],
-                environment=environment,
-            )
-            if "CUDA error" in str(exc):
-                raise DeviceContextLost(failed) from None
-            return failed
-        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
-        return MeasureResult(
-            MeasureStatus.OK,
-            repeat_secs=timed.repeat_secs,
-            verify_secs=verify_secs,
-            run_secs=run_secs,
-            environment=environment,
-        )
+        except failures.catch as exc:
+            return failures.record(exc, environment)
+
+
+class _CannotRun(Exception):
+    """A forced backend refused the workload at its first call (an ``invalid`` config)."""
+
+    def __init__(self, cause: RuntimeError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _call(ops: Any, backend: str, torch: Any) -> Callable[[], Any]:

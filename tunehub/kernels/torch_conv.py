@@ -14,7 +14,6 @@ off), checked against the float64 conv on the device. Imports torch only to run.
 from __future__ import annotations
 
 import secrets
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.conv2d_reference import (
     check_conv,
     conv_dims,
@@ -165,8 +164,9 @@ class TorchConv2dGpuBaseline(Template):
         import torch
 
         from tunehub.kernels import triton_conv_kernels as kernels
-        from tunehub.kernels.gpu_timing import gpu_environment, time_gpu
-        from tunehub.kernels.triton_gemm import _device, _synchronize
+        from tunehub.kernels.gpu_timing import LIBRARY_FAILURES as failures
+        from tunehub.kernels.gpu_timing import check_then_time, gpu_environment
+        from tunehub.kernels.triton_gemm import _device
 
         workload = request.workload
         device = _device()
@@ -188,51 +188,19 @@ class TorchConv2dGpuBaseline(Template):
             def call() -> Any:
                 return torch.nn.functional.conv2d(ops.x, ops.w, **kwargs)
 
-            start = time.perf_counter()
             with torch.no_grad():
-                ops.out.copy_(call())
-            _synchronize(device)
-            check = kernels.check(ops.out, kernels.reference(ops), workload.dtype)
-            verify_secs = time.perf_counter() - start
-            environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
-            if not check.ok:
-                return MeasureResult(
-                    MeasureStatus.WRONG_ANSWER,
-                    error=check.message,
-                    verify_secs=verify_secs,
+                return check_then_time(
+                    call,
+                    lambda _: kernels.check(ops.out, kernels.reference(ops), workload.dtype),
+                    device=device,
                     environment=environment,
+                    timing=timing,
+                    first=lambda: ops.out.copy_(call()),  # conv2d has no out=
                 )
-            start = time.perf_counter()
-            with torch.no_grad():
-                timed = time_gpu(
-                    call, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
-                )
-            run_secs = time.perf_counter() - start
-        except torch.cuda.OutOfMemoryError as exc:
-            return MeasureResult(
-                MeasureStatus.RUNTIME_ERROR,
-                error=f"out of GPU memory: {exc}"[:2000],
-                environment=environment,
-            )
-        except RuntimeError as exc:
-            failed = MeasureResult(
-                MeasureStatus.RUNTIME_ERROR,
-                error=f"{type(exc).__name__}: {exc}"[:3000],
-                environment=environment,
-            )
-            if "CUDA error" in str(exc):
-                raise DeviceContextLost(failed) from None
-            return failed
+        except failures.catch as exc:
+            return failures.record(exc, environment)
         finally:
             torch.backends.cudnn.benchmark = saved
-        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
-        return MeasureResult(
-            MeasureStatus.OK,
-            repeat_secs=timed.repeat_secs,
-            verify_secs=verify_secs,
-            run_secs=run_secs,
-            environment=environment,
-        )
 
 
 def _cudnn_version(torch: Any) -> object:

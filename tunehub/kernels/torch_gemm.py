@@ -11,7 +11,6 @@ is (``tunehub.kernels.gpu_reference`` and ``gpu_timing``). Imports torch only to
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, DeviceContextLost, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
 from tunehub.kernels.space import Knob, SearchSpace
 from tunehub.kernels.triton_gemm import capability_of
 
@@ -73,8 +72,9 @@ class TorchMatmulBaseline(Template):
         import torch
 
         from tunehub.kernels import gpu_reference as ref
-        from tunehub.kernels.gpu_timing import gpu_environment, tf32, time_gpu
-        from tunehub.kernels.triton_gemm import _device, _synchronize
+        from tunehub.kernels.gpu_timing import MATMUL_FAILURES as failures
+        from tunehub.kernels.gpu_timing import check_then_time, gpu_environment, tf32
+        from tunehub.kernels.triton_gemm import _device
 
         workload = request.workload
         device = _device()
@@ -94,42 +94,15 @@ class TorchMatmulBaseline(Template):
         try:
             with tf32(allow):
                 ops = ref.operands(workload, device, seed)
-                call = _call(workload, ops, torch)
-                start = time.perf_counter()
-                call()
-                _synchronize(device)
-                check = ref.check(ops.out, ref.reference(ops, workload.epilogue), workload)
-                verify_secs = time.perf_counter() - start
-                environment.update(relative_error=check.relative_error, tolerance=check.tolerance)
-                if not check.ok:
-                    return MeasureResult(
-                        MeasureStatus.WRONG_ANSWER,
-                        error=check.message,
-                        verify_secs=verify_secs,
-                        environment=environment,
-                    )
-                start = time.perf_counter()
-                timed = time_gpu(
-                    call, min_secs=timing.min_secs, max_repeats=timing.max_repeats, device=device
+                return check_then_time(
+                    _call(workload, ops, torch),
+                    lambda _: ref.check(ops.out, ref.reference(ops, workload.epilogue), workload),
+                    device=device,
+                    environment=environment,
+                    timing=timing,
                 )
-                run_secs = time.perf_counter() - start
-        except RuntimeError as exc:
-            failed = MeasureResult(
-                MeasureStatus.RUNTIME_ERROR,
-                error=f"{type(exc).__name__}: {exc}"[:3000],
-                environment=environment,
-            )
-            if "CUDA error" in str(exc):
-                raise DeviceContextLost(failed) from None
-            return failed
-        environment.update(graph=timed.graph, flush_bytes=timed.flush_bytes, machine=timed.machine)
-        return MeasureResult(
-            MeasureStatus.OK,
-            repeat_secs=timed.repeat_secs,
-            verify_secs=verify_secs,
-            run_secs=run_secs,
-            environment=environment,
-        )
+        except failures.catch as exc:
+            return failures.record(exc, environment)
 
 
 def _call(workload: Workload, ops: Any, torch: Any) -> Callable[[], Any]:
