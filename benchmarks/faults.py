@@ -15,6 +15,7 @@ touched.
     .venv/bin/python benchmarks/faults.py            # the whole run, 5-8 minutes on the 2-core VM
     .venv/bin/python benchmarks/faults.py --quick    # shorter stops, a smoke run
     .venv/bin/python benchmarks/faults.py --no-ray   # without the Ray part
+    .venv/bin/python benchmarks/faults.py --fairness-only   # no stops or kills: first-job delays
 
 Writes benchmarks/results/faults-<machine>-<date>.json (``--out`` to choose).
 """
@@ -341,6 +342,22 @@ class Bench:
             self.wait("a Ray worker registered", lambda: self.ray_victim() is not None, 120)
         self.wait("a job runs", lambda: any(j["trials_done"] > 0 for j in self.jobs().values()),
                   120)  # fmt: skip
+        if not a.fairness_only:
+            self.faults()
+        self.phase = "draining"
+        self.wait("every job ended",
+                  lambda: all(j["state"] in FINAL for j in self.jobs().values()),
+                  a.drain)  # fmt: skip
+        self.log("every job ended")
+        time.sleep(2)
+        poller.stop.set()
+        poller.join(30)
+        self.phase = "report"
+        return self.report(poller)
+
+    def faults(self) -> None:
+        """The stops and kills, in turn (the jobs meanwhile running)."""
+        a = self.args
         self.db_stop(a.short_stop, "db stop 1")
         time.sleep(a.gap)
         self.phase = "serve killed"
@@ -371,16 +388,6 @@ class Bench:
             self.phase = "after ray kill"
             time.sleep(a.gap)
         self.db_stop(a.long_stop, "db stop 2 (past the outage limit)")
-        self.phase = "draining"
-        self.wait("every job ended",
-                  lambda: all(j["state"] in FINAL for j in self.jobs().values()),
-                  a.drain)  # fmt: skip
-        self.log("every job ended")
-        time.sleep(2)
-        poller.stop.set()
-        poller.join(30)
-        self.phase = "report"
-        return self.report(poller)
 
     def report(self, poller: Poller) -> dict[str, Any]:
         jobs = self.jobs()
@@ -449,6 +456,7 @@ class Bench:
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "host": platform.node()},
             "quick": self.args.quick,
+            "fairness_only": self.args.fairness_only,
             "settings": {
                 "jobs": len(self.job_ids),
                 "keys": self.args.keys,
@@ -531,6 +539,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short stops: a smoke run")
     parser.add_argument("--no-ray", dest="ray", action="store_false", help="skip the Ray part")
+    parser.add_argument(
+        "--fairness-only",
+        action="store_true",
+        help="no stops or kills: the same jobs and keys, for the keys' first-job delays alone",
+    )
     parser.add_argument("--out", type=Path, help="where the JSON goes")
     args = parser.parse_args()
     args.short_stop, args.long_stop, args.outage_limit = (30.0, 150.0, 60.0)
@@ -557,7 +570,7 @@ def main() -> int:
     print(text)
     if args.out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M")
-        name = "quick-" if args.quick else ""
+        name = ("quick-" if args.quick else "") + ("fairness-" if args.fairness_only else "")
         args.out = REPO / "benchmarks" / "results" / f"faults-{name}vm-{stamp}.json"
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -139,32 +139,48 @@ def test_owner_queues_say_who_waits_and_whose_first_job_has_not_started(
 ) -> None:
     target = local_cpu_target()
     store.put_target(target)
-    a, b = make_key(store, "a"), make_key(store, "b")
+    a, b, c = make_key(store, "a"), make_key(store, "b"), make_key(store, "c")
     jobs = {
         name: submit(store, target, key, priority=priority)
         for name, key, priority in (
-            ("a1", a, 0), ("a2", a, 0), ("b1", b, 0), ("none", None, 0), ("b_low", b, -10)
+            ("a1", a, 0), ("a2", a, 0), ("b1", b, 0), ("none", None, 0), ("b_low", b, -10),
+            ("c1", c, 0), ("c2", c, 0),
         )
     }  # fmt: skip
     running = store.claim_job()  # a's first: running, no longer queued
     assert running is not None and running.id == jobs["a1"]
-    created = {name: store.get_job(job_id).created_at for name, job_id in jobs.items()}
+    store.set_job_state(jobs["a1"], JobState.QUEUED)  # handed back at its slice
+    claimed = [store.claim_job(), store.claim_job(), store.claim_job()]
+    assert [j.id for j in claimed if j] == [jobs["a2"], jobs["b1"], jobs["none"]]
+    store.set_job_state(jobs["a2"], JobState.QUEUED)
+    store.set_job_state(jobs["b1"], JobState.QUEUED)
+    store.set_job_state(jobs["none"], JobState.SUCCEEDED)  # its only job ended: not waiting
+    made = {name: store.get_job(job_id) for name, job_id in jobs.items()}
     keys = [target.target_key]
+    since = utc_now() - timedelta(hours=1)
 
     def queues(**kw: Any) -> dict[int | None, OwnerQueue]:
-        found = store.owner_queues(target_keys=keys, **kw)
+        found = store.owner_queues(target_keys=keys, since=since, **kw)
         assert len({q.api_key_id for q in found}) == len(found)
         return {q.api_key_id: q for q in found}
 
-    assert queues() == {
-        a: OwnerQueue(a, 1, True, created["a2"]),
-        b: OwnerQueue(b, 2, False, created["b1"]),
-        None: OwnerQueue(None, 1, False, created["none"]),
-    }
-    assert queues(min_priority=0)[b] == OwnerQueue(b, 1, False, created["b1"])
-    store.set_job_state(jobs["a1"], JobState.QUEUED)  # handed back: a's jobs have started
-    assert queues()[a] == OwnerQueue(a, 2, True, created["a1"])
-    assert store.owner_queues(target_keys=["no such target"]) == []
+    found = queues()
+    assert set(found) == {a, b, c}  # no key's only job ended: it waits for nothing
+    assert found[a] == OwnerQueue(a, 2, made["a1"].created_at, made["a2"].started_at)
+    assert found[b] == OwnerQueue(b, 2, made["b1"].created_at, made["b1"].started_at)
+    assert found[c] == OwnerQueue(c, 2, made["c1"].created_at, None)
+    assert [k for k, q in found.items() if q.first_job_waits] == [c]
+    assert queues(min_priority=0)[b].queued == 1  # b's lookup job left out
+    # c's first job runs and ends: c has had its turn, its next job is no first job.
+    c_first = store.claim_job(target_keys=keys)
+    assert c_first is not None and c_first.id == jobs["c1"]
+    store.set_job_state(jobs["c1"], JobState.SUCCEEDED)
+    assert not queues()[c].first_job_waits
+    # ... until its jobs that ran have ended before ``since``.
+    later = utc_now() + timedelta(seconds=1)
+    gone = {q.api_key_id: q for q in store.owner_queues(target_keys=keys, since=later)}
+    assert gone[c].first_job_waits and not gone[a].first_job_waits
+    assert store.owner_queues(target_keys=["no such target"], since=since) == []
 
 
 def test_each_of_two_new_keys_first_job_starts_within_one_slice(store: ScheduleStore) -> None:
@@ -212,19 +228,27 @@ def test_each_of_two_new_keys_first_job_starts_within_one_slice(store: ScheduleS
 def test_the_slice_is_shortened_only_while_other_keys_first_jobs_wait() -> None:
     t0 = utc_now()
     at: dict[str, Any] = {"started_at": t0, "slice_secs": 30.0, "min_slice_secs": 2.0}
-    had_turn, own = OwnerQueue(2, 5, True, t0), OwnerQueue(1, 3, True, t0)
+    before = t0 - timedelta(seconds=60)
+    own = OwnerQueue(1, 3, before, t0)
+    had_turn = OwnerQueue(2, 5, before, before + timedelta(seconds=1))
     assert job_slice_secs([], own_key=1, **at) is None  # nothing waits: it runs on
-    assert job_slice_secs([OwnerQueue(2, 0, True, None)], own_key=1, **at) is None
-    # Its own key's jobs, or keys whose jobs have all had a turn: the whole slice.
+    # Its own key's jobs, or keys that have had a turn since they queued: the whole slice.
     assert job_slice_secs([own, had_turn], own_key=1, **at) == 30.0
-    new = [OwnerQueue(k, 1, False, t0 + timedelta(seconds=k)) for k in (3, 4, 5)]
+    # A key whose job ran and ended (its next job queued before that start) had its turn.
+    assert not OwnerQueue(6, 2, before, t0).first_job_waits
+    new = [OwnerQueue(k, 1, t0 + timedelta(seconds=k), None) for k in (3, 4, 5)]
     # Three first jobs, the oldest queued 3 s after this job started: 33 s left until it
     # has waited one slice, shared by this job, the two keys before the last, and a margin.
     assert job_slice_secs([own, had_turn, *new], own_key=1, **at) == pytest.approx(33 / 4)
+    # A key that ran long ago and queued again (its last start before its oldest waiting job)
+    # waits for its first job again.
+    back = OwnerQueue(7, 1, t0 + timedelta(seconds=3), before)
+    assert back.first_job_waits
+    assert job_slice_secs([own, back], own_key=1, **at) == pytest.approx(33 / 2)
     # The first of them, started 10 s after t0: the other two's oldest queued at t0 + 4 s,
     # so 24 s left, shared by it, the one key before the last, and the margin.
     later = {**at, "started_at": t0 + timedelta(seconds=10)}
     assert job_slice_secs(new, own_key=3, **later) == pytest.approx(24 / 3)
     # Many keys at once: never below the floor.
-    crowd = [OwnerQueue(k, 1, False, t0) for k in range(10, 40)]
+    crowd = [OwnerQueue(k, 1, t0, None) for k in range(10, 40)]
     assert job_slice_secs(crowd, own_key=1, **at) == 2.0

@@ -90,14 +90,23 @@ class QueuedJob:
 
 @dataclass(frozen=True)
 class OwnerQueue:
-    """One owner's active jobs of a target, as the running job's slice check sees them: how
-    many wait, whether any has run (one runs now, or was handed back), and when the oldest
-    of those waiting was submitted."""
+    """One owner's jobs of a target, as the running job's slice check sees them: how many
+    wait, when the oldest of those was submitted, and when any job of the owner last
+    started (running, handed back or ended lately)."""
 
     api_key_id: int | None
     queued: int
-    started: bool
     first_created_at: datetime | None
+    last_started_at: datetime | None
+
+    @property
+    def first_job_waits(self) -> bool:
+        """Whether none of the owner's jobs has started since its oldest waiting job was
+        submitted: its first job (of this visit) still waits."""
+        return self.queued > 0 and (
+            self.last_started_at is None
+            or (self.first_created_at is not None and self.last_started_at < self.first_created_at)
+        )
 
 
 def job_slice_secs(
@@ -112,20 +121,21 @@ def job_slice_secs(
     handed back, with ``owners`` as they are now; None while nothing else waits.
 
     The whole slice, unless other keys wait whose first job has not started (no job of theirs
-    has run since they queued): then the slice ends early enough that each of them starts
-    within one slice of the oldest one's submission: the time left until then is shared
-    evenly by this job, the keys before the last, and one share more, kept as a margin for
-    the hand-backs (a trial in flight finishes first). Never shorter than ``min_slice_secs``.
+    has started since they queued: ``OwnerQueue.first_job_waits``): then the slice ends
+    early enough that each of them starts within one slice of the oldest one's submission:
+    the time left until then is shared evenly by this job, the keys before the last, and one
+    share more, kept as a margin for the hand-backs (a trial in flight finishes first).
+    Never shorter than ``min_slice_secs``.
 
     >>> from datetime import timedelta
     >>> t0 = utc_now()
-    >>> new = [OwnerQueue(2, 1, False, t0), OwnerQueue(3, 1, False, t0)]
+    >>> new = [OwnerQueue(2, 1, t0, None), OwnerQueue(3, 1, t0, None)]
     >>> job_slice_secs(new, own_key=1, started_at=t0, slice_secs=30.0, min_slice_secs=1.0)
     10.0
     >>> job_slice_secs(new[:1], own_key=1, started_at=t0 - timedelta(seconds=10),
     ...                slice_secs=30.0, min_slice_secs=1.0)
     20.0
-    >>> job_slice_secs([OwnerQueue(1, 4, True, None)], own_key=1, started_at=t0,
+    >>> job_slice_secs([OwnerQueue(1, 4, t0, t0)], own_key=1, started_at=t0,
     ...                slice_secs=30.0, min_slice_secs=1.0)
     30.0
     """
@@ -135,7 +145,7 @@ def job_slice_secs(
     first = [
         o.first_created_at
         for o in waiting
-        if not o.started and o.api_key_id != own_key and o.first_created_at is not None
+        if o.first_job_waits and o.api_key_id != own_key and o.first_created_at is not None
     ]
     if not first:
         return slice_secs

@@ -273,27 +273,30 @@ class MemoryScheduleStore(ScheduleStore):
             )
 
     def owner_queues(
-        self, *, target_keys: Collection[str], min_priority: int | None = None
+        self, *, target_keys: Collection[str], since: datetime, min_priority: int | None = None
     ) -> list[OwnerQueue]:
         owners: dict[int | None, OwnerQueue] = {}
         with self._lock:
-            for job in self._select_jobs((JobState.QUEUED, JobState.RUNNING)):
+            for job in self._jobs.values():
                 if job.spec.target_key not in target_keys or (
                     min_priority is not None and job.priority < min_priority
                 ):
                     continue
+                if job.state not in ACTIVE_STATES and (
+                    job.finished_at is None or job.finished_at < since
+                ):
+                    continue
                 queued = job.state is JobState.QUEUED
-                had = owners.get(job.api_key_id, OwnerQueue(job.api_key_id, 0, False, None))
-                first = had.first_created_at
+                had = owners.get(job.api_key_id, OwnerQueue(job.api_key_id, 0, None, None))
+                first, last = had.first_created_at, had.last_started_at
                 if queued and (first is None or job.created_at < first):
                     first = job.created_at
+                if job.started_at is not None and (last is None or job.started_at > last):
+                    last = job.started_at
                 owners[job.api_key_id] = OwnerQueue(
-                    job.api_key_id,
-                    had.queued + queued,
-                    had.started or job.started_at is not None,
-                    first,
+                    job.api_key_id, had.queued + queued, first, last
                 )
-        return list(owners.values())
+        return [owner for owner in owners.values() if owner.queued]
 
     def active_jobs(
         self, *, workload_keys: Collection[str], target_keys: Collection[str]

@@ -382,18 +382,19 @@ class SqlScheduleStore(ScheduleStore):
             return int(session.scalar(query) or 0)
 
     def owner_queues(
-        self, *, target_keys: Collection[str], min_priority: int | None = None
+        self, *, target_keys: Collection[str], since: datetime, min_priority: int | None = None
     ) -> list[OwnerQueue]:
         queued = JobRow.state == JobState.QUEUED.value
+        active = [s.value for s in ACTIVE_STATES]
         query = (
             select(
                 JobRow.api_key_id,
                 func.count(case((queued, JobRow.id))),
-                func.count(JobRow.started_at),
                 func.min(case((queued, JobRow.created_at))),
+                func.max(JobRow.started_at),
             )
             .where(
-                JobRow.state.in_([JobState.QUEUED.value, JobState.RUNNING.value]),
+                JobRow.state.in_(active) | (JobRow.finished_at >= since),
                 JobRow.target_key.in_(sorted(set(target_keys))),
             )
             .group_by(JobRow.api_key_id)
@@ -402,8 +403,9 @@ class SqlScheduleStore(ScheduleStore):
             query = query.where(JobRow.priority >= min_priority)
         with session_scope(self._read) as session:
             return [
-                OwnerQueue(key, int(waiting), started > 0, first)
-                for key, waiting, started, first in session.execute(query)
+                OwnerQueue(key, int(waiting), first, last)
+                for key, waiting, first, last in session.execute(query)
+                if waiting
             ]
 
     def active_jobs(

@@ -282,12 +282,13 @@ class ScheduleStore(ABC):
 
     @abstractmethod
     def owner_queues(
-        self, *, target_keys: Collection[str], min_priority: int | None = None
+        self, *, target_keys: Collection[str], since: datetime, min_priority: int | None = None
     ) -> list[OwnerQueue]:
-        """The owners (API key ids; None for the jobs of no key) of QUEUED or RUNNING jobs of
+        """The owners (API key ids; None for the jobs of no key) of QUEUED jobs of
         ``target_keys`` (of priority ``min_priority`` or higher, when given), each with its
-        queued jobs, whether any of those jobs has started, and its oldest queued job's
-        ``created_at``; in one query (the runner's slice check, ``job_slice_secs``)."""
+        queued jobs, its oldest queued job's ``created_at``, and the latest ``started_at`` of
+        its jobs of those targets that are QUEUED or RUNNING or ended at ``since`` or later;
+        in one query (the runner's slice check, ``job_slice_secs``)."""
 
     @abstractmethod
     def active_jobs(

@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -614,6 +614,11 @@ class JobRunner:
         long job each start within one slice of queueing, instead of each waiting for the
         whole slices of those before it. Never shorter than ``min_slice_secs``."""
         started, started_at = time.monotonic(), utc_now()
+        window = (self.fair_share or FAIR_SHARE).window_secs
+
+        def recently() -> datetime:  # the jobs that ended since still say who has had a turn
+            return utc_now() - timedelta(seconds=window)
+
         keys = {worker.target.target_key}
         asked = [float("-inf")]  # when the queue was last looked at
         shortest = min(self.slice_secs or 0.0, self.min_slice_secs)
@@ -632,7 +637,9 @@ class JobRunner:
             try:
                 # Only a job that would be claimed before this one takes its place: a job a
                 # lookup queued never pauses a person's.
-                owners = self.store.owner_queues(target_keys=keys, min_priority=job.priority)
+                owners = self.store.owner_queues(
+                    target_keys=keys, since=recently(), min_priority=job.priority
+                )
             except Exception:  # every check while the store is away: damped
                 self._damped["slice"].exception("job %d: could not look at the queue", job.id)
                 return False
