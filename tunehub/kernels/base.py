@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from tunehub.core import Config, MeasureRequest, MeasureResult, MeasureStatus, Target, Workload
 from tunehub.core.capabilities import Capabilities, Unsupported
-from tunehub.kernels.space import SearchSpace
+from tunehub.kernels.space import Knob, SearchSpace
 
 
 @dataclass(frozen=True)
@@ -228,3 +228,43 @@ class Template(ABC):
             if problem is not None:
                 return problem.reason
         return self.invalid_reason(request.workload, request.target, request.config)
+
+
+class LibraryBaseline(Template):
+    """A vendor library's call as a Baseline template: nothing to build, so ``build`` checks
+    the request and names the library (``library_key``, plus ``library_environment``) in the
+    artifact; ``run`` is the template's own."""
+
+    baseline = True
+    library_key: ClassVar[str]
+
+    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
+        """Nothing to compile: the library is the vendor's. Checks the request only."""
+        problem = self.request_problem(request) or self.capabilities(request.target).problem(
+            self.name, request.workload, request.target
+        )
+        if problem:
+            raise BuildFailed(MeasureStatus.INVALID, str(problem))
+        return Artifact(
+            template=self.name, key=self.library_key, environment=self.library_environment()
+        )
+
+    def library_environment(self) -> dict[str, Any]:
+        """What the artifact records of the library (nothing unless a template says)."""
+        return {}
+
+
+class ThreadedCpuBaseline(LibraryBaseline):
+    """A CPU library whose one knob is ``threads``, set for its timed calls."""
+
+    device_kind = "cpu"
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        return SearchSpace(knobs=(Knob("threads", tuple(range(1, max(1, target.cores) + 1))),))
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        return Config({"threads": 1})
+
+    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """One thread and every core: the thread counts tuned CPU templates offer."""
+        return [Config({"threads": n}) for n in sorted({1, max(1, target.cores)})]

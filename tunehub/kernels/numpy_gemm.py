@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import secrets
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from tunehub.core import (
-    Capabilities,
-    Config,
-    MeasureRequest,
-    MeasureResult,
-    MeasureStatus,
-    Target,
-    Workload,
-)
-from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.core import Capabilities, MeasureRequest, MeasureResult, Target
+from tunehub.kernels.base import Artifact, ThreadedCpuBaseline, TimingPolicy
 from tunehub.kernels.environment import measurement_environment
 from tunehub.kernels.reference import check_gemm, poisoned_output, random_operands, sample_rows
-from tunehub.kernels.space import Knob, SearchSpace
 from tunehub.kernels.timing import LibraryCheck, measure_library_call
 
 
@@ -38,7 +28,7 @@ def blas_description() -> dict[str, Any]:
     return info
 
 
-class NumpyGemmBaseline(Template):
+class NumpyGemmBaseline(ThreadedCpuBaseline):
     """``C = A @ B`` by ``np.matmul`` into a preallocated C, then the epilogue as separate
     numpy ops (``C += bias``; ``np.maximum(C, 0, out=C)``), as a user without tunehub writes
     it. The one knob is ``threads``, set through threadpoolctl for the timed calls.
@@ -50,8 +40,7 @@ class NumpyGemmBaseline(Template):
 
     name = "numpy.matmul"
     version = 1
-    baseline = True
-    device_kind = "cpu"
+    library_key = "numpy"
 
     def capabilities(self, target: Target) -> Capabilities:
         return Capabilities(
@@ -60,24 +49,8 @@ class NumpyGemmBaseline(Template):
             epilogues=("none", "bias", "bias_relu"),
         )
 
-    def space(self, workload: Workload, target: Target) -> SearchSpace:
-        return SearchSpace(knobs=(Knob("threads", tuple(range(1, max(1, target.cores) + 1))),))
-
-    def default_config(self, workload: Workload, target: Target) -> Config:
-        return Config({"threads": 1})
-
-    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
-        """One thread and every core: the thread counts tuned CPU templates offer."""
-        return [Config({"threads": n}) for n in sorted({1, max(1, target.cores)})]
-
-    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
-        """Nothing to compile: the library is numpy's. Checks the request only."""
-        problem = self.request_problem(request) or self.capabilities(request.target).problem(
-            self.name, request.workload, request.target
-        )
-        if problem:
-            raise BuildFailed(MeasureStatus.INVALID, str(problem))
-        return Artifact(template=self.name, key="numpy", environment=blas_description())
+    def library_environment(self) -> dict[str, Any]:
+        return blas_description()
 
     def run(
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy

@@ -16,7 +16,6 @@ import contextlib
 import secrets
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from tunehub.core import (
@@ -28,7 +27,7 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, LibraryBaseline, TimingPolicy
 from tunehub.kernels.space import Knob, SearchSpace
 from tunehub.kernels.triton_gemm import _device
 
@@ -58,12 +57,12 @@ def chosen_backend(q: Any, k: Any, v: Any, causal: bool) -> str | None:
     return None
 
 
-class TorchSdpaBaseline(Template):
+class TorchSdpaBaseline(LibraryBaseline):
     """``scaled_dot_product_attention``; see the module docstring."""
 
     name = "torch.sdpa"
     version = 1
-    baseline = True
+    library_key = "sdpa"
     device_kind = "cuda"
     slowest_gflops = 50.0
 
@@ -90,15 +89,6 @@ class TorchSdpaBaseline(Template):
 
     def cores_used(self, config: Config) -> int:
         return 1
-
-    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
-        """Nothing to compile: the kernels are PyTorch's. Checks the request only."""
-        problem = self.request_problem(request) or self.capabilities(request.target).problem(
-            self.name, request.workload, request.target
-        )
-        if problem:
-            raise BuildFailed(MeasureStatus.INVALID, str(problem))
-        return Artifact(template=self.name, key="sdpa")
 
     def run(
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy

@@ -13,24 +13,19 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tunehub.core import (
     Capabilities,
-    Config,
     MeasureRequest,
     MeasureResult,
-    MeasureStatus,
     Target,
-    Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, ThreadedCpuBaseline, TimingPolicy
 from tunehub.kernels.blis_bmm import bmm_operands, check_bmm
 from tunehub.kernels.environment import measurement_environment
-from tunehub.kernels.space import Knob, SearchSpace
 from tunehub.kernels.timing import LibraryCheck, measure_library_call
 
 
@@ -59,36 +54,17 @@ def torch_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(saved)
 
 
-class TorchBmmBaseline(Template):
+class TorchBmmBaseline(ThreadedCpuBaseline):
     """PyTorch's CPU bmm; see the module docstring."""
 
     name = "torch.bmm"
     version = 1
-    baseline = True
-    device_kind = "cpu"
+    library_key = "torch"
 
     def capabilities(self, target: Target) -> Capabilities:
         return Capabilities(
             kinds=("cpu",), ops=("bmm",), dtypes=("float32", "float64"), epilogues=("none",)
         )
-
-    def space(self, workload: Workload, target: Target) -> SearchSpace:
-        return SearchSpace(knobs=(Knob("threads", tuple(range(1, max(1, target.cores) + 1))),))
-
-    def default_config(self, workload: Workload, target: Target) -> Config:
-        return Config({"threads": 1})
-
-    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
-        return [Config({"threads": n}) for n in sorted({1, max(1, target.cores)})]
-
-    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
-        """Nothing to compile: the library is PyTorch's. Checks the request only."""
-        problem = self.request_problem(request) or self.capabilities(request.target).problem(
-            self.name, request.workload, request.target
-        )
-        if problem:
-            raise BuildFailed(MeasureStatus.INVALID, str(problem))
-        return Artifact(template=self.name, key="torch")
 
     def run(
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy

@@ -14,7 +14,6 @@ off), checked against the float64 conv on the device. Imports torch only to run.
 from __future__ import annotations
 
 import secrets
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,11 +23,10 @@ from tunehub.core import (
     Config,
     MeasureRequest,
     MeasureResult,
-    MeasureStatus,
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, LibraryBaseline, ThreadedCpuBaseline, TimingPolicy
 from tunehub.kernels.conv2d_reference import (
     check_conv,
     conv_dims,
@@ -53,36 +51,17 @@ def conv_kwargs(workload: Workload) -> dict[str, Any]:
     }
 
 
-class TorchConv2dBaseline(Template):
+class TorchConv2dBaseline(ThreadedCpuBaseline):
     """PyTorch's CPU conv2d; see the module docstring."""
 
     name = "torch.conv2d"
     version = 1
-    baseline = True
-    device_kind = "cpu"
+    library_key = "torch"
 
     def capabilities(self, target: Target) -> Capabilities:
         return Capabilities(
             kinds=("cpu",), ops=("conv2d",), dtypes=("float32", "float64"), epilogues=("none",)
         )
-
-    def space(self, workload: Workload, target: Target) -> SearchSpace:
-        return SearchSpace(knobs=(Knob("threads", tuple(range(1, max(1, target.cores) + 1))),))
-
-    def default_config(self, workload: Workload, target: Target) -> Config:
-        return Config({"threads": 1})
-
-    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
-        return [Config({"threads": n}) for n in sorted({1, max(1, target.cores)})]
-
-    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
-        """Nothing to compile: the library is PyTorch's. Checks the request only."""
-        problem = self.request_problem(request) or self.capabilities(request.target).problem(
-            self.name, request.workload, request.target
-        )
-        if problem:
-            raise BuildFailed(MeasureStatus.INVALID, str(problem))
-        return Artifact(template=self.name, key="torch")
 
     def run(
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy
@@ -121,12 +100,12 @@ class TorchConv2dBaseline(Template):
             )
 
 
-class TorchConv2dGpuBaseline(Template):
+class TorchConv2dGpuBaseline(LibraryBaseline):
     """PyTorch's GPU conv2d (cuDNN); see the module docstring."""
 
     name = "torch.conv2d_gpu"
     version = 1
-    baseline = True
+    library_key = "cudnn"
     device_kind = "cuda"
     slowest_gflops = 20.0
 
@@ -149,14 +128,6 @@ class TorchConv2dGpuBaseline(Template):
 
     def cores_used(self, config: Config) -> int:
         return 1
-
-    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
-        problem = self.request_problem(request) or self.capabilities(request.target).problem(
-            self.name, request.workload, request.target
-        )
-        if problem:
-            raise BuildFailed(MeasureStatus.INVALID, str(problem))
-        return Artifact(template=self.name, key="cudnn")
 
     def run(
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from tunehub.core import (
@@ -20,21 +19,20 @@ from tunehub.core import (
     Config,
     MeasureRequest,
     MeasureResult,
-    MeasureStatus,
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, LibraryBaseline, TimingPolicy
 from tunehub.kernels.space import Knob, SearchSpace
 from tunehub.kernels.triton_gemm import capability_of
 
 
-class TorchMatmulBaseline(Template):
+class TorchMatmulBaseline(LibraryBaseline):
     """cuBLAS through PyTorch; see the module docstring."""
 
     name = "torch.matmul"
     version = 1
-    baseline = True
+    library_key = "cublas"
     device_kind = "cuda"
     slowest_gflops = 50.0
 
@@ -56,15 +54,6 @@ class TorchMatmulBaseline(Template):
 
     def cores_used(self, config: Config) -> int:
         return 1
-
-    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
-        """Nothing to compile: the library is cuBLAS. Checks the request only."""
-        problem = self.request_problem(request) or self.capabilities(request.target).problem(
-            self.name, request.workload, request.target
-        )
-        if problem:
-            raise BuildFailed(MeasureStatus.INVALID, str(problem))
-        return Artifact(template=self.name, key="cublas")
 
     def run(
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy

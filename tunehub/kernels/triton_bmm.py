@@ -40,7 +40,7 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels import triton_gemm_limits as limits
-from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, BuildFailed, LibraryBaseline, Template, TimingPolicy
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.triton_gemm import capability_of, device_props
 
@@ -322,12 +322,12 @@ class TritonGroupedMmTemplate(_TritonBatched):
 
 
 # --- the vendor baselines --------------------------------------------------------------------
-class _TorchGpuBaseline(Template):
+class _TorchGpuBaseline(LibraryBaseline):
     """A PyTorch call on the GPU, checked and timed as the tuned kernels are. Its one knob is
     ``allow_tf32`` (cuBLAS's TF32 switch), set from the workload."""
 
     version = 1
-    baseline = True
+    library_key = "torch"
     device_kind = "cuda"
     slowest_gflops = 50.0
     op: str
@@ -352,15 +352,6 @@ class _TorchGpuBaseline(Template):
 
     def cores_used(self, config: Config) -> int:
         return 1
-
-    def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
-        """Nothing to compile: the library is PyTorch's. Checks the request only."""
-        problem = self.request_problem(request) or self.capabilities(request.target).problem(
-            self.name, request.workload, request.target
-        )
-        if problem:
-            raise BuildFailed(MeasureStatus.INVALID, str(problem))
-        return Artifact(template=self.name, key="torch")
 
     def _operands(self, workload: Workload, device: Any, seed: int) -> Any:
         raise NotImplementedError
