@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -315,6 +316,17 @@ def gpu_environment(device: torch.device | None) -> dict[str, Any]:
     if driver:
         env["driver"] = driver
     return env
+
+
+def run_environment(device: torch.device, *recorded: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A GPU run's environment and the seed of its fresh operands: ``gpu_environment``, then
+    ``recorded`` (the artifact's build facts, a baseline's library), then ``seed``."""
+    environment = gpu_environment(device)
+    for entries in recorded:
+        environment.update(entries)
+    seed = secrets.randbits(62)
+    environment["seed"] = seed
+    return environment, seed
 
 
 def _physical_index() -> int:

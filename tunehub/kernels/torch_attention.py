@@ -13,7 +13,6 @@ the float32 reference and timed exactly as ``triton.attention`` is. Imports torc
 from __future__ import annotations
 
 import contextlib
-import secrets
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -97,15 +96,13 @@ class TorchSdpaBaseline(LibraryBaseline):
 
         from tunehub.kernels import triton_attention_kernels as kernels
         from tunehub.kernels.gpu_timing import LIBRARY_FAILURES as failures
-        from tunehub.kernels.gpu_timing import check_then_time, gpu_environment
+        from tunehub.kernels.gpu_timing import check_then_time, run_environment
 
         workload = request.workload
         device = _device()
-        environment: dict[str, Any] = gpu_environment(device)
-        seed = secrets.randbits(62)
+        environment, seed = run_environment(device)
         backend = str(request.config["backend"])
         environment.update(
-            seed=seed,
             library="torch.nn.functional.scaled_dot_product_attention",
             library_version=f"torch {torch.__version__}, CUDA {torch.version.cuda}",
         )

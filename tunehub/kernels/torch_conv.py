@@ -136,16 +136,14 @@ class TorchConv2dGpuBaseline(LibraryBaseline):
 
         from tunehub.kernels import triton_conv_kernels as kernels
         from tunehub.kernels.gpu_timing import LIBRARY_FAILURES as failures
-        from tunehub.kernels.gpu_timing import check_then_time, gpu_environment
+        from tunehub.kernels.gpu_timing import check_then_time, run_environment
         from tunehub.kernels.triton_gemm import _device
 
         workload = request.workload
         device = _device()
-        environment: dict[str, Any] = gpu_environment(device)
-        seed = secrets.randbits(62)
+        environment, seed = run_environment(device)
         benchmark = bool(request.config["benchmark"])
         environment.update(
-            seed=seed,
             library="torch.nn.functional.conv2d",
             library_version=f"torch {torch.__version__}, cuDNN {_cudnn_version(torch)}",
             cudnn_benchmark=benchmark,

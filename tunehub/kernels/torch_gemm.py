@@ -10,7 +10,6 @@ is (``tunehub.kernels.gpu_reference`` and ``gpu_timing``). Imports torch only to
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -62,15 +61,13 @@ class TorchMatmulBaseline(LibraryBaseline):
 
         from tunehub.kernels import gpu_reference as ref
         from tunehub.kernels.gpu_timing import MATMUL_FAILURES as failures
-        from tunehub.kernels.gpu_timing import check_then_time, gpu_environment, tf32
+        from tunehub.kernels.gpu_timing import check_then_time, run_environment, tf32
         from tunehub.kernels.triton_gemm import _device
 
         workload = request.workload
         device = _device()
-        environment = gpu_environment(device)
-        seed = secrets.randbits(62)
+        environment, seed = run_environment(device)
         environment.update(
-            seed=seed,
             library="cuBLAS",
             library_version=f"torch {torch.__version__}, CUDA {torch.version.cuda}",
             library_kernel="torch._scaled_mm"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -522,16 +521,12 @@ def run_checked(
 
     from tunehub.kernels import gpu_reference as ref
     from tunehub.kernels.gpu_timing import TRITON_FAILURES as failures
-    from tunehub.kernels.gpu_timing import check_then_time, gpu_environment, tf32
+    from tunehub.kernels.gpu_timing import check_then_time, run_environment, tf32
     from tunehub.kernels.triton_gemm import _device
 
     workload = request.workload
     device = _device()
-    environment = gpu_environment(device)
-    environment.update(artifact.environment)
-    environment.update(extra)
-    seed = secrets.randbits(62)
-    environment["seed"] = seed
+    environment, seed = run_environment(device, artifact.environment, extra)
     compile_secs = artifact.compile_secs
     rows = "C's rows are batch-major (entry = row // m)" if workload.op == "bmm" else ""
     try:

@@ -24,9 +24,7 @@ the GPU's run sandbox (or on the CPU under TRITON_INTERPRET=1).
 from __future__ import annotations
 
 import math
-import secrets
 from pathlib import Path
-from typing import Any
 
 from tunehub.core import (
     Capabilities,
@@ -171,14 +169,11 @@ class TritonConv2dTemplate(Template):
         float64 reference, then time it (``tunehub.kernels.gpu_timing``)."""
         from tunehub.kernels import triton_conv_kernels as kernels
         from tunehub.kernels.gpu_timing import FIRST_LAUNCH_FAILURES as failures
-        from tunehub.kernels.gpu_timing import check_then_time, first_launch_secs, gpu_environment
+        from tunehub.kernels.gpu_timing import check_then_time, first_launch_secs, run_environment
 
         workload = request.workload
         device = _device()
-        environment: dict[str, Any] = gpu_environment(device)
-        environment.update(artifact.environment)
-        seed = secrets.randbits(62)
-        environment["seed"] = seed
+        environment, seed = run_environment(device, artifact.environment)
         compile_secs = 0.0
         try:
             ops = kernels.operands(workload, device, seed)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -491,14 +490,11 @@ class TritonGemmTemplate(Template):
         from tunehub.kernels import gpu_reference as ref
         from tunehub.kernels import triton_gemm_kernels as kernels
         from tunehub.kernels.gpu_timing import TRITON_FAILURES as failures
-        from tunehub.kernels.gpu_timing import check_then_time, gpu_environment
+        from tunehub.kernels.gpu_timing import check_then_time, run_environment
 
         workload = request.workload
         device = _device()
-        environment = gpu_environment(device)
-        environment.update(artifact.environment)
-        seed = secrets.randbits(62)
-        environment["seed"] = seed
+        environment, seed = run_environment(device, artifact.environment)
         try:
             ops = ref.operands(workload, device, seed)
             start = time.perf_counter()  # binding the launch counts as verification
