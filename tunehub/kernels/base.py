@@ -268,3 +268,27 @@ class ThreadedCpuBaseline(LibraryBaseline):
     def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
         """One thread and every core: the thread counts tuned CPU templates offer."""
         return [Config({"threads": n}) for n in sorted({1, max(1, target.cores)})]
+
+
+class GpuLibraryBaseline(LibraryBaseline):
+    """A GPU library: its timing occupies one core (the launching thread)."""
+
+    device_kind = "cuda"
+
+    def cores_used(self, config: Config) -> int:
+        return 1
+
+
+class Tf32GpuBaseline(GpuLibraryBaseline):
+    """A GPU library whose one knob is ``allow_tf32`` (cuBLAS's TF32 switch for float32),
+    set from the workload: the baseline runs what the workload allows."""
+
+    def space(self, workload: Workload, target: Target) -> SearchSpace:
+        return SearchSpace(knobs=(Knob("allow_tf32", (False, True)),))
+
+    def default_config(self, workload: Workload, target: Target) -> Config:
+        return Config({"allow_tf32": workload.allow_tf32})
+
+    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """cuBLAS with TF32 exactly when the workload allows it."""
+        return [Config({"allow_tf32": workload.allow_tf32})]

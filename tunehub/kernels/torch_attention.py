@@ -26,7 +26,7 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, LibraryBaseline, TimingPolicy
+from tunehub.kernels.base import Artifact, GpuLibraryBaseline, TimingPolicy
 from tunehub.kernels.space import Knob, SearchSpace
 from tunehub.kernels.triton_gemm import _device
 
@@ -56,13 +56,12 @@ def chosen_backend(q: Any, k: Any, v: Any, causal: bool) -> str | None:
     return None
 
 
-class TorchSdpaBaseline(LibraryBaseline):
+class TorchSdpaBaseline(GpuLibraryBaseline):
     """``scaled_dot_product_attention``; see the module docstring."""
 
     name = "torch.sdpa"
     version = 1
     library_key = "sdpa"
-    device_kind = "cuda"
     slowest_gflops = 50.0
 
     def capabilities(self, target: Target) -> Capabilities:
@@ -85,9 +84,6 @@ class TorchSdpaBaseline(LibraryBaseline):
         """PyTorch's own pick, and each fused backend forced (the best of them is what a
         tuned kernel must approach; ``math`` is the unfused reference path, left out)."""
         return [Config({"backend": b}) for b in BACKENDS if b != "math"]
-
-    def cores_used(self, config: Config) -> int:
-        return 1
 
     def run(
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy

@@ -26,7 +26,7 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, LibraryBaseline, ThreadedCpuBaseline, TimingPolicy
+from tunehub.kernels.base import Artifact, GpuLibraryBaseline, ThreadedCpuBaseline, TimingPolicy
 from tunehub.kernels.conv2d_reference import (
     check_conv,
     conv_dims,
@@ -100,13 +100,12 @@ class TorchConv2dBaseline(ThreadedCpuBaseline):
             )
 
 
-class TorchConv2dGpuBaseline(LibraryBaseline):
+class TorchConv2dGpuBaseline(GpuLibraryBaseline):
     """PyTorch's GPU conv2d (cuDNN); see the module docstring."""
 
     name = "torch.conv2d_gpu"
     version = 1
     library_key = "cudnn"
-    device_kind = "cuda"
     slowest_gflops = 20.0
 
     def capabilities(self, target: Target) -> Capabilities:
@@ -125,9 +124,6 @@ class TorchConv2dGpuBaseline(LibraryBaseline):
 
     def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
         return [Config({"benchmark": True}), Config({"benchmark": False})]
-
-    def cores_used(self, config: Config) -> int:
-        return 1
 
     def run(
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy

@@ -15,24 +15,21 @@ from typing import Any
 
 from tunehub.core import (
     Capabilities,
-    Config,
     MeasureRequest,
     MeasureResult,
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, LibraryBaseline, TimingPolicy
-from tunehub.kernels.space import Knob, SearchSpace
+from tunehub.kernels.base import Artifact, Tf32GpuBaseline, TimingPolicy
 from tunehub.kernels.triton_gemm import capability_of
 
 
-class TorchMatmulBaseline(LibraryBaseline):
+class TorchMatmulBaseline(Tf32GpuBaseline):
     """cuBLAS through PyTorch; see the module docstring."""
 
     name = "torch.matmul"
     version = 1
     library_key = "cublas"
-    device_kind = "cuda"
     slowest_gflops = 50.0
 
     def capabilities(self, target: Target) -> Capabilities:
@@ -40,19 +37,6 @@ class TorchMatmulBaseline(LibraryBaseline):
         if capability_of(target) >= 89:
             dtypes.append("float8_e4m3")
         return Capabilities(kinds=("cuda",), dtypes=tuple(dtypes), tf32=True)
-
-    def space(self, workload: Workload, target: Target) -> SearchSpace:
-        return SearchSpace(knobs=(Knob("allow_tf32", (False, True)),))
-
-    def default_config(self, workload: Workload, target: Target) -> Config:
-        return Config({"allow_tf32": workload.allow_tf32})
-
-    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
-        """cuBLAS with TF32 exactly when the workload allows it."""
-        return [Config({"allow_tf32": workload.allow_tf32})]
-
-    def cores_used(self, config: Config) -> int:
-        return 1
 
     def run(
         self, request: MeasureRequest, artifact: Artifact, *, timing: TimingPolicy

@@ -39,7 +39,7 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels import triton_gemm_limits as limits
-from tunehub.kernels.base import Artifact, BuildFailed, LibraryBaseline, Template, TimingPolicy
+from tunehub.kernels.base import Artifact, BuildFailed, Template, Tf32GpuBaseline, TimingPolicy
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.triton_gemm import capability_of, device_props
 
@@ -321,13 +321,12 @@ class TritonGroupedMmTemplate(_TritonBatched):
 
 
 # --- the vendor baselines --------------------------------------------------------------------
-class _TorchGpuBaseline(LibraryBaseline):
+class _TorchGpuBaseline(Tf32GpuBaseline):
     """A PyTorch call on the GPU, checked and timed as the tuned kernels are. Its one knob is
     ``allow_tf32`` (cuBLAS's TF32 switch), set from the workload."""
 
     version = 1
     library_key = "torch"
-    device_kind = "cuda"
     slowest_gflops = 50.0
     op: str
 
@@ -339,18 +338,6 @@ class _TorchGpuBaseline(LibraryBaseline):
             epilogues=("none",),
             tf32=True,
         )
-
-    def space(self, workload: Workload, target: Target) -> SearchSpace:
-        return SearchSpace(knobs=(Knob("allow_tf32", (False, True)),))
-
-    def default_config(self, workload: Workload, target: Target) -> Config:
-        return Config({"allow_tf32": workload.allow_tf32})
-
-    def baseline_configs(self, workload: Workload, target: Target) -> list[Config]:
-        return [Config({"allow_tf32": workload.allow_tf32})]
-
-    def cores_used(self, config: Config) -> int:
-        return 1
 
     def _operands(self, workload: Workload, device: Any, seed: int) -> Any:
         raise NotImplementedError
