@@ -572,10 +572,3 @@ def _device() -> Any:
     if _interpreting():
         return torch.device("cpu")
     raise RuntimeError("no CUDA GPU visible to this process (and not under TRITON_INTERPRET=1)")
-
-
-def _synchronize(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
