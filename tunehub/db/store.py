@@ -484,9 +484,10 @@ class ScheduleStore(ABC):
         limit: int = 50,
         offset: int = 0,
     ) -> tuple[list[ScheduleListing], int]:
-        """One page of the stored schedules (filtered: ``op`` is the workload's operator), sorted on a ``SCHEDULE_SORTS`` column
-        (ties by workload key, target key, template; schedules with no value for the column last),
-        and how many match in all. The page is cut by the store, never by the caller."""
+        """One page of the stored schedules (filtered: ``op`` is the workload's operator),
+        sorted on a ``SCHEDULE_SORTS`` column (ties by workload key, target key, template;
+        schedules with no value for the column last), and how many match in all. The page is
+        cut by the store, never by the caller."""
 
     @abstractmethod
     def confirm_schedule(
