@@ -21,9 +21,9 @@ from tunehub.core import InvalidSpec
 
 
 @click.command(cls=NumbersCommand)
-@click.argument("m", type=int, required=False)
-@click.argument("n", type=int, required=False)
-@click.argument("k", type=int, required=False)
+@click.argument("m", type=int, required=False, metavar="M")
+@click.argument("n", type=int, required=False, metavar="N")
+@click.argument("k", type=int, required=False, metavar="K")
 @workload_options
 @click.option("--target", default="local-cpu", show_default=True)
 @click.option("--url", default=None, help="Ask this server (or $TUNEHUB_URL) instead of the DB.")

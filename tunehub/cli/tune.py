@@ -28,9 +28,9 @@ def local_kind_target(kind: str) -> Target:
 
 
 @click.command(cls=NumbersCommand)
-@click.argument("m", type=int, required=False)
-@click.argument("n", type=int, required=False)
-@click.argument("k", type=int, required=False)
+@click.argument("m", type=int, required=False, metavar="M")
+@click.argument("n", type=int, required=False, metavar="N")
+@click.argument("k", type=int, required=False, metavar="K")
 @workload_options
 @click.option(
     "--device",
