@@ -78,12 +78,29 @@ def run_case(
     confirm: LocalMeasurer,
 ) -> dict[str, Any]:
     batch, m, n, k, broadcast, what = case
-    target = local_cpu_target()
     workload = Workload.from_dict(
         {"op": "bmm", "batch": batch, "m": m, "n": n, "k": k, "b_broadcast": broadcast}
     )
-    template = get_template("blis.bmm")
-    baseline = get_template("torch.bmm")
+    return tune_and_compare(
+        workload, what, "blis.bmm", "torch.bmm", threads, args, measurer, confirm
+    )
+
+
+def tune_and_compare(
+    workload: Workload,
+    what: str,
+    template_name: str,
+    baseline_name: str,
+    threads: int,
+    args: argparse.Namespace,
+    measurer: LocalMeasurer,
+    confirm: LocalMeasurer,
+) -> dict[str, Any]:
+    """Tune ``template_name`` for the workload at ``threads`` (``args``: trials, tune_secs,
+    strategy, seed), then time its best and ``baseline_name`` alternately (``args.rounds``)."""
+    target = local_cpu_target()
+    template = get_template(template_name)
+    baseline = get_template(baseline_name)
     space = template.space(workload, target).fix(threads=threads)
     prior = [c for c in template.seed_configs(workload, target) if space.is_valid(c)]
     history = StaticHistory([], workload, target, template.name, template.version)

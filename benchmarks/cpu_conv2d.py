@@ -20,24 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tunehub.core import Budget, Config, MeasureRequest, MeasureStatus, Workload, local_cpu_target
+from cpu_bmm import geomean, git_commit, tune_and_compare
+
+from tunehub.core import Workload, local_cpu_target
 from tunehub.core.job import DEFAULT_STRATEGY
-from tunehub.db import MemoryScheduleStore
 from tunehub.kernels.base import TimingPolicy
-from tunehub.kernels.registry import get_template
-from tunehub.tuner import Session, StaticHistory, StrategyContext, make_strategy
 from tunehub.workers.local import LocalMeasurer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -64,23 +59,6 @@ def conv_workload(case: tuple[str, int, int, int, int, int, int], layout: str) -
     )  # fmt: skip
 
 
-def side_by_side(
-    measurer: LocalMeasurer, ours: MeasureRequest, theirs: MeasureRequest, rounds: int
-) -> tuple[list[float], list[float], dict[str, Any]]:
-    a: list[float] = []
-    b: list[float] = []
-    env: dict[str, Any] = {}
-    for _ in range(rounds):
-        for req, out in ((ours, a), (theirs, b)):
-            (res,) = measurer.measure([req])
-            if res.status is not MeasureStatus.OK or res.median_secs is None:
-                raise RuntimeError(f"{req.template} {dict(req.config)}: {res.status} {res.error}")
-            out.append(res.median_secs)
-            if req is theirs:
-                env = {k: v for k, v in res.environment.items() if k.startswith("torch")}
-    return a, b, env
-
-
 def run_case(
     case: tuple[str, int, int, int, int, int, int],
     layout: str,
@@ -90,74 +68,11 @@ def run_case(
     confirm: LocalMeasurer,
 ) -> dict[str, Any]:
     what = case[0]
-    target = local_cpu_target()
     workload = conv_workload(case, layout)
-    template = get_template("blis.conv2d")
-    baseline = get_template("torch.conv2d")
-    space = template.space(workload, target).fix(threads=threads)
-    prior = [c for c in template.seed_configs(workload, target) if space.is_valid(c)]
-    history = StaticHistory([], workload, target, template.name, template.version)
-    context = StrategyContext(
-        space=space,
-        workload=workload,
-        target=target,
-        template=template,
-        history=history,
-        seed=args.seed,
-        prior=prior,
+    row = tune_and_compare(
+        workload, what, "blis.conv2d", "torch.conv2d", threads, args, measurer, confirm
     )
-    start = time.monotonic()
-    session = Session(
-        store=MemoryScheduleStore(),
-        measurer=measurer,
-        template=template,
-        strategy=make_strategy(args.strategy, context),
-        workload=workload,
-        target=target,
-        budget=Budget(max_trials=args.trials, max_secs=args.tune_secs),
-        history=history,
-        confirm_top=0,
-    )
-    result = session.run()
-    tuning_secs = time.monotonic() - start
-    if result.best is None:
-        raise RuntimeError(f"{workload.label}: nothing measured ok")
-    ours = MeasureRequest(workload, target, template.name, template.version, result.best.config)
-    theirs = MeasureRequest(
-        workload, target, baseline.name, baseline.version, Config({"threads": threads})
-    )
-    a, b, env = side_by_side(confirm, ours, theirs, args.rounds)
-    ours_secs, theirs_secs = statistics.median(a), statistics.median(b)
-    return {
-        "case": workload.label,
-        "what": what,
-        "layout": layout,
-        "threads": threads,
-        "tunehub_gflops": workload.gflops(ours_secs),
-        "torch_gflops": workload.gflops(theirs_secs),
-        "ratio": theirs_secs / ours_secs,
-        "tunehub_medians": a,
-        "torch_medians": b,
-        "trials": result.trials_done,
-        "tuning_secs": tuning_secs,
-        "config": result.best.config.to_dict(),
-        "torch": env,
-    }
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
-
-
-def git_commit() -> str:
-    repo = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        return ""
-    return head
+    return {**row, "layout": layout}
 
 
 def main() -> int:
