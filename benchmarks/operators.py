@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -258,6 +259,19 @@ def shapes_for(op: str, kind: str, size: str) -> list[Shape]:
         s
         for s in SUITES.get(op, [])
         if s.size != "tiny" and SHAPE_SETS.index(s.size) <= order and kind in s.kinds
+    ]
+
+
+def in_layouts(shapes: list[Shape], layouts: list[str]) -> list[Shape]:
+    """Each conv2d shape in each data layout (a name gains the layout where it is not nchw)."""
+    return [
+        dataclasses.replace(
+            s,
+            name=s.name if layout == "nchw" else f"{s.name}-{layout}",
+            fields={**s.fields, "data_layout": layout},
+        )
+        for s in shapes
+        for layout in layouts
     ]
 
 
@@ -496,6 +510,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for op in ops:
             picked = pick_templates(op, target)
             shapes = shapes_for(op, kind, size)
+            if op == "conv2d":
+                shapes = in_layouts(shapes, args.layouts.split(","))
             if isinstance(picked, str) or not shapes:
                 why = picked if isinstance(picked, str) else f"no {size} shapes on {kind}"
                 result["skipped"][op] = why
@@ -618,6 +634,11 @@ def main() -> int:
         choices=SHAPE_SETS,
         default=None,
         help="shape set (default: full on a GPU, small on a CPU)",
+    )
+    parser.add_argument(
+        "--layouts",
+        default="nchw",
+        help="conv2d data layouts, each shape run in each (e.g. nhwc,nchw; default nchw)",
     )
     parser.add_argument("--trials", type=int, default=64, help="tuning trials per shape")
     parser.add_argument("--job-secs", type=float, default=300.0, help="tuning secs per shape")

@@ -56,6 +56,7 @@ def conv(**changes: Any) -> Workload:
         {"stride_h": 2, "stride_w": 3, "pad_h": 2, "dilation_w": 2, "kernel_w": 2},
         {"groups": 2, "in_channels": 6, "out_channels": 4, "pad_w": 1},
         {"groups": 4, "out_channels": 4, "pad_h": 1, "pad_w": 1},  # depthwise
+        {"groups": 4, "out_channels": 8, "stride_h": 2, "pad_w": 2, "dilation_w": 2},  # x2
         {"in_channels": 20, "out_channels": 18, "kernel_h": 1, "kernel_w": 1},  # K over tiles
     ],
 )
@@ -82,10 +83,13 @@ def test_the_check_catches_an_unwritten_output() -> None:
 
 def test_the_space_fits_the_gemm_view_and_the_device() -> None:
     t = get_template("triton.conv2d")
-    depthwise = conv(groups=4, out_channels=4, dtype="float16")  # n = 1, k = 9
-    space = t.space(depthwise, H100)
-    assert {int(c["BLOCK_N"]) for c in space.points} == {16}
-    assert {int(c["BLOCK_K"]) for c in space.points} == {16}
+    depthwise = conv(groups=4, out_channels=4, dtype="float16")  # the direct kernel's space
+    points = t.space(depthwise, H100).points
+    assert {int(c["BLOCK_N"]) for c in points} == {8}  # channels a program, up to all
+    assert {(c["BLOCK_K"], c["GROUP_M"], c["num_stages"]) for c in points} == {(16, 1, 1)}
+    assert t.default_config(depthwise, H100) in points
+    narrow = conv(in_channels=4, out_channels=6, dtype="float16")  # 4 channels a tap
+    assert {int(c["BLOCK_K"]) for c in t.space(narrow, H100).points} == {16}
     big = conv(in_channels=256, out_channels=256, height=56, width=56, batch=8, dtype="float16")
     points = t.space(big, H100).points
     assert max(int(c["BLOCK_N"]) for c in points) == 256

@@ -65,7 +65,6 @@ from tunehub.kernels.blis_depthwise import (
     DepthwiseSpace,
     depthwise_params,
     generate_depthwise_source,
-    is_depthwise,
 )
 from tunehub.kernels.blis_gemm import (
     PACKED_PREFETCHES,
@@ -85,6 +84,7 @@ from tunehub.kernels.conv2d_reference import (
     conv_operands,
     conv_output,
     conv_shapes,
+    is_depthwise,
     is_nhwc,
 )
 from tunehub.kernels.machine import watch

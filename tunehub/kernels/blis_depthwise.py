@@ -58,12 +58,6 @@ DEPTHWISE_KNOBS = ("ISA", "CB", "WB", "RR", "RB", "threads")
 RR_NCHW = (1, 2, 3, 4, 6, 8)
 
 
-def is_depthwise(workload: Workload) -> bool:
-    """One input channel per group, more than one group: the direct path's workloads."""
-    d = conv_dims(workload)
-    return d["groups"] > 1 and d["icg"] == 1
-
-
 def vector_length(isa: str, dtype: str) -> int:
     return ISA_VECTOR_BYTES[isa] // ELEMENT_BYTES[dtype]
 

@@ -51,6 +51,12 @@ def is_nhwc(workload: Workload) -> bool:
     return bool(workload.param("data_layout") == "nhwc")
 
 
+def is_depthwise(workload: Workload) -> bool:
+    """One input channel per group, more than one group: the templates' direct path."""
+    d = conv_dims(workload)
+    return d["groups"] > 1 and d["icg"] == 1
+
+
 def conv_shapes(
     workload: Workload,
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:

@@ -1,13 +1,16 @@
-"""The ``triton.conv2d`` template: conv2d as implicit GEMM in Triton, its space, build and run.
+"""The ``triton.conv2d`` template: conv2d in Triton, its space, build and run.
 
-The kernel (``triton_conv_kernels``) gathers the patch tile from the input inside its K loop
-(nothing unfolded in memory) and reads NCHW and NHWC through strides. Knobs: ``BLOCK_M`` (output
-pixels), ``BLOCK_N`` (output channels of a group), ``BLOCK_K``, ``GROUP_M`` (tile order),
-``num_warps`` and ``num_stages``. The space keeps tiles no larger than the GEMM view needs
-(BLOCK_N up to O/groups, BLOCK_K up to K, each at least 16 for ``tl.dot``) and leaves out
-configs whose pipelined tiles do not fit shared memory or whose accumulator is far past what
-a thread holds. This module imports neither torch nor Triton at import time; ``run`` does, in
-the GPU's run sandbox (or on the CPU under TRITON_INTERPRET=1).
+Two kernels (``triton_conv_kernels``). Implicit GEMM gathers the patch tile from the input
+inside its K loop (nothing unfolded in memory) and reads NCHW and NHWC through strides. Knobs:
+``BLOCK_M`` (output pixels), ``BLOCK_N`` (output channels of a group), ``BLOCK_K`` (input
+channels a step), ``GROUP_M`` (tile order), ``num_warps`` and ``num_stages``. The space keeps
+tiles no larger than the GEMM view needs (BLOCK_N up to O/groups, BLOCK_K up to C/groups,
+each at least 16 for ``tl.dot``) and leaves out configs whose pipelined tiles do not fit
+shared memory or whose accumulator is far past what a thread holds. A depthwise workload
+(one input channel a group) runs the direct kernel instead, whose knobs are ``BLOCK_M``
+(output pixels), ``BLOCK_N`` (channels, up to all of them) and ``num_warps``; its space holds
+one value of the others. This module imports neither torch nor Triton at import time; ``run``
+does, in the GPU's run sandbox (or on the CPU under TRITON_INTERPRET=1).
 
 >>> from tunehub.core import Target, Workload
 >>> h100 = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132, properties={
@@ -36,6 +39,7 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.triton_gemm import _device, _interpreting, device_props
 
@@ -45,6 +49,10 @@ BLOCK_KS = (16, 32, 64, 128)
 GROUP_MS = (1, 8)
 WARPS = (2, 4, 8)
 STAGES = (1, 2, 3, 4, 5)
+# The direct (depthwise) kernel's tiles: pixels and channels a program.
+DEPTHWISE_MS = (16, 32, 64, 128, 256, 512)
+DEPTHWISE_NS = (8, 16, 32, 64, 128)
+DEPTHWISE_WARPS = (1, 2, 4, 8)
 DEFAULT_SMEM = 166912
 MAX_ACC_PER_THREAD = 256
 KNOB_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
@@ -56,6 +64,9 @@ SEEDS = (
     (64, 64, 32, 4, 3), (128, 32, 32, 4, 3), (64, 32, 32, 4, 2), (64, 16, 16, 2, 2),
     (32, 16, 16, 2, 1),
 )  # fmt: skip
+# The direct kernel's known-good tiles (BLOCK_M, BLOCK_N, num_warps), the first that fits the
+# default: a warp's lanes along the channels of NHWC or the pixels of NCHW.
+DEPTHWISE_SEEDS = ((64, 64, 4), (128, 32, 4), (32, 64, 2), (128, 64, 8), (256, 16, 4))
 
 
 def _pow2_at_least(n: int, floor: int) -> int:
@@ -73,7 +84,9 @@ class TritonConv2dTemplate(Template):
     """``triton.conv2d``: see the module docstring."""
 
     name = "triton.conv2d"
-    version = 1
+    # 2: one flat (tap, channel block) K loop, and depthwise workloads on the direct kernel
+    # (records of version 1 time other code).
+    version = 2
     device_kind = "cuda"
     baseline_template = "torch.conv2d_gpu"
     slowest_gflops = 20.0
@@ -89,9 +102,11 @@ class TritonConv2dTemplate(Template):
         )
 
     def space(self, workload: Workload, target: Target) -> SearchSpace:
+        if is_depthwise(workload):
+            return self._depthwise_space(workload)
         cap_m = _pow2_at_least(workload.m * int(workload.param("batch")), 32)
         cap_n = _pow2_at_least(workload.n, 16)
-        cap_k = _pow2_at_least(workload.k, 16)
+        cap_k = _pow2_at_least(conv_dims(workload)["icg"], 16)
         elem = ELEMENT_BYTES.get(workload.dtype, 2)
         smem = int(device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM)
         knobs = (
@@ -125,7 +140,39 @@ class TritonConv2dTemplate(Template):
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
 
-    def _seeds(self) -> list[Config]:
+    def _depthwise_space(self, workload: Workload) -> SearchSpace:
+        """The direct kernel's: pixels and channels a program and warps (each thread's
+        accumulators bounded); BLOCK_K, GROUP_M and num_stages have one value."""
+        cap_m = _pow2_at_least(workload.m * int(workload.param("batch")), 16)
+        cap_n = _pow2_at_least(int(workload.param("out_channels")), 8)
+        knobs = (
+            Knob("BLOCK_M", DEPTHWISE_MS),
+            Knob("BLOCK_N", DEPTHWISE_NS),
+            Knob("BLOCK_K", (16,)),
+            Knob("GROUP_M", (1,)),
+            Knob("num_warps", DEPTHWISE_WARPS),
+            Knob("num_stages", (1,)),
+        )
+        constraints = (
+            KnobConstraint(
+                ("BLOCK_M", "BLOCK_N"),
+                lambda c: int(c["BLOCK_M"]) <= cap_m and int(c["BLOCK_N"]) <= cap_n,
+            ),
+            KnobConstraint(
+                ("BLOCK_M", "BLOCK_N", "num_warps"),
+                lambda c: (
+                    4 <= int(c["BLOCK_M"]) * int(c["BLOCK_N"]) / (32 * int(c["num_warps"])) <= 128
+                ),
+            ),
+        )
+        return SearchSpace(knobs=knobs, constraints=constraints)
+
+    def _seeds(self, workload: Workload) -> list[Config]:
+        if is_depthwise(workload):
+            return [
+                Config(dict(zip(KNOB_NAMES, (bm, bn, 16, 1, w, 1), strict=True)))
+                for bm, bn, w in DEPTHWISE_SEEDS
+            ]
         return [
             Config(dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True)))
             for bm, bn, bk, w, s in SEEDS
@@ -134,14 +181,14 @@ class TritonConv2dTemplate(Template):
     def default_config(self, workload: Workload, target: Target) -> Config:
         """The first known-good tile that fits the workload and device."""
         space = self.space(workload, target)
-        for config in self._seeds():
+        for config in self._seeds(workload):
             if space.is_valid(config):
                 return config
         return space.points[0]
 
     def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
         space = self.space(workload, target)
-        seeds = [c for c in self._seeds() if space.is_valid(c)]
+        seeds = [c for c in self._seeds(workload) if space.is_valid(c)]
         return seeds or [space.points[0]]
 
     def cores_used(self, config: Config) -> int:

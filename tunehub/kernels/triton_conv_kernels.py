@@ -1,14 +1,23 @@
-"""The Triton implicit-GEMM conv2d kernel, its operands, reference and check (imports torch and
-Triton: GPU run sandboxes and tests only).
+"""The Triton conv2d kernels, their operands, reference and check (imports torch and Triton:
+GPU run sandboxes and tests only).
 
-One program computes a BLOCK_M x BLOCK_N tile of one group's GEMM C[N·OH·OW, O/groups]: its
-rows are output pixels over the batch, its columns output channels. Each K step gathers the
-BLOCK_M x BLOCK_K patch tile from the input (masked loads: the padding reads zeros) and the
-BLOCK_K x BLOCK_N filter tile, and accumulates their ``tl.dot`` in float32. Every operand is
-addressed through its four strides, so one kernel reads NCHW and NHWC (channels_last) alike;
-K runs (kh, kw, c) for NHWC (channels contiguous in a tap) and (c, kh, kw) for NCHW (the
-filters' OIHW order). GROUP_M orders the tiles so that GROUP_M row tiles sweep the columns
-together (the filters stay in L2). The grid's second axis is the group.
+``_conv2d_kernel`` (implicit GEMM): one program computes a BLOCK_M x BLOCK_N tile of one
+group's GEMM C[N·OH·OW, O/groups]: its rows are output pixels over the batch, its columns
+output channels. Its one K loop runs over (filter tap, channel block) pairs: the tap's input
+offsets and padding mask are computed once per step for the tile's rows (scalar index math,
+not a division per element), then the BLOCK_M x BLOCK_K patch tile (masked loads: the padding
+reads zeros) and the BLOCK_K x BLOCK_N filter tile are loaded and their ``tl.dot``
+accumulated in float32. One flat loop, not nested tap and channel loops, so that Triton
+pipelines it (``num_stages``) across taps. Every operand is addressed through its four
+strides, so one kernel reads NCHW and NHWC (channels_last) alike; Triton specialises a stride
+of 1, so the contiguous dimension's loads are vectorised. GROUP_M orders the tiles so that
+GROUP_M row tiles sweep the columns together (the filters stay in L2). The grid's second axis
+is the group.
+
+``_depthwise_kernel`` (one input channel per group): a direct convolution, no GEMM. One
+program computes BLOCK_M output pixels x BLOCK_N output channels; for each of the filter's
+taps (unrolled: the filter's size is a compile-time constant) it loads the input tile at the
+tap's offsets and one filter value per channel and accumulates their product in float32.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import triton
 import triton.language as tl
 
 from tunehub.core import Workload
-from tunehub.kernels.conv2d_reference import conv_dims, is_nhwc
+from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc
 from tunehub.kernels.triton_gemm_limits import TOLERANCE
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -33,11 +42,11 @@ TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32":
 @triton.jit
 def _conv2d_kernel(
     x, w, y,
-    M, C, H, W, OH, OW, KH, KW, ICG, OCG, K,
+    M, H, W, OH, OW, KW, ICG, OCG, STEPS, CHANNEL_BLOCKS,
     SH, SW, PH, PW, DH, DW,
     sxn, sxc, sxh, sxw, swo, swc, swh, sww, syn, syo, syh, syw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, CHANNELS_INNER: tl.constexpr, IEEE: tl.constexpr,
+    GROUP_M: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     g = tl.program_id(1)
@@ -57,28 +66,25 @@ def _conv2d_kernel(
     ow = pix % OW
     ih0 = oh * SH - PH
     iw0 = ow * SW - PW
-    x_row = x + img.to(tl.int64) * sxn
+    row_in = rm < M
+    x_row = x + img.to(tl.int64) * sxn + g * ICG * sxc
     w_col = w + (g * OCG + rn).to(tl.int64) * swo
+    col_in = rn < OCG
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        if CHANNELS_INNER:
-            c = rk % ICG
-            tap = rk // ICG
-        else:
-            c = rk // (KH * KW)
-            tap = rk % (KH * KW)
+    for step in range(STEPS):
+        tap = step // CHANNEL_BLOCKS
+        c0 = (step % CHANNEL_BLOCKS) * BLOCK_K
         fh = tap // KW
         fw = tap % KW
-        ih = ih0[:, None] + fh[None, :] * DH
-        iw = iw0[:, None] + fw[None, :] * DW
-        a_mask = (rm[:, None] < M) & (rk[None, :] < K)
-        a_mask = a_mask & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        a_ptr = x_row[:, None] + ((g * ICG + c) * sxc)[None, :] + ih * sxh + iw * sxw
-        a = tl.load(a_ptr, mask=a_mask, other=0.0)
-        b_mask = (rk[:, None] < K) & (rn[None, :] < OCG)
-        b_ptr = w_col[None, :] + (c * swc + fh * swh + fw * sww)[:, None]
-        b = tl.load(b_ptr, mask=b_mask, other=0.0)
+        ih = ih0 + fh * DH
+        iw = iw0 + fw * DW
+        a_rows = row_in & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        rc = c0 + tl.arange(0, BLOCK_K)
+        c_in = rc < ICG
+        a_ptr = x_row[:, None] + (ih * sxh + iw * sxw)[:, None] + (rc * sxc)[None, :]
+        a = tl.load(a_ptr, mask=a_rows[:, None] & c_in[None, :], other=0.0)
+        b_ptr = w_col[None, :] + (fh * swh + fw * sww) + (rc * swc)[:, None]
+        b = tl.load(b_ptr, mask=c_in[:, None] & col_in[None, :], other=0.0)
         if IEEE:
             acc += tl.dot(a, b, input_precision="ieee")
         else:
@@ -88,8 +94,48 @@ def _conv2d_kernel(
         + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
         + ((g * OCG + rn).to(tl.int64) * syo)[None, :]
     )
-    y_mask = (rm[:, None] < M) & (rn[None, :] < OCG)
-    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=y_mask)
+    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=row_in[:, None] & col_in[None, :])
+
+
+@triton.jit
+def _depthwise_kernel(
+    x, w, y,
+    M, CHANNELS, H, W, OH, OW, OCG,
+    SH, SW, PH, PW, DH, DW,
+    sxn, sxc, sxh, sxw, swo, swh, sww, syn, syo, syh, syw,
+    KH: tl.constexpr, KW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ohw = OH * OW
+    img = rm // ohw
+    pix = rm % ohw
+    oh = pix // OW
+    ow = pix % OW
+    row_in = rm < M
+    col_in = rn < CHANNELS
+    x_base = x + (img.to(tl.int64) * sxn)[:, None] + ((rn // OCG) * sxc)[None, :]
+    w_base = w + rn * swo
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for fh in tl.static_range(KH):
+        ih = oh * SH - PH + fh * DH
+        h_in = row_in & (ih >= 0) & (ih < H)
+        for fw in tl.static_range(KW):
+            iw = ow * SW - PW + fw * DW
+            ok = h_in & (iw >= 0) & (iw < W)
+            a = tl.load(
+                x_base + (ih * sxh + iw * sxw)[:, None],
+                mask=ok[:, None] & col_in[None, :],
+                other=0.0,
+            )
+            f = tl.load(w_base + fh * swh + fw * sww, mask=col_in, other=0.0)
+            acc += a.to(tl.float32) * f.to(tl.float32)[None, :]
+    y_ptr = (
+        y
+        + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
+        + (rn.to(tl.int64) * syo)[None, :]
+    )
+    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=row_in[:, None] & col_in[None, :])
 
 
 @dataclass
@@ -136,30 +182,48 @@ def torch_args(workload: Workload) -> dict[str, Any]:
 
 
 def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
-    """The launch of ``config`` on ``ops`` (arguments computed once)."""
+    """The launch of ``config`` on ``ops`` (arguments computed once): the direct kernel for a
+    depthwise workload (BLOCK_M pixels x BLOCK_N channels a program), else implicit GEMM."""
     workload = ops.workload
     d = conv_dims(workload)
     rows = d["batch"] * d["oh"] * d["ow"]
     bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
-    grid = (triton.cdiv(rows, bm) * triton.cdiv(d["ocg"], bn), d["groups"])
-    args = (
-        ops.x, ops.w, ops.out,
-        rows, d["in_channels"], d["height"], d["width"], d["oh"], d["ow"], d["kernel_h"],
-        d["kernel_w"], d["icg"], d["ocg"], workload.k,
+    conv = (
         d["stride_h"], d["stride_w"], d["pad_h"], d["pad_w"], d["dilation_h"], d["dilation_w"],
-        *ops.x.stride(), *ops.w.stride(), *ops.out.stride(),
     )  # fmt: skip
-    kernel = _conv2d_kernel[grid]
-    constants = {
-        "BLOCK_M": bm,
-        "BLOCK_N": bn,
-        "BLOCK_K": int(config["BLOCK_K"]),
-        "GROUP_M": int(config["GROUP_M"]),
-        "CHANNELS_INNER": is_nhwc(workload),
-        "IEEE": workload.dtype == "float32",
+    launch_options = {
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
     }
+    if is_depthwise(workload):
+        sw = ops.w.stride()
+        grid = (triton.cdiv(rows, bm), triton.cdiv(d["out_channels"], bn))
+        args: tuple[Any, ...] = (
+            ops.x, ops.w, ops.out,
+            rows, d["out_channels"], d["height"], d["width"], d["oh"], d["ow"], d["ocg"], *conv,
+            *ops.x.stride(), sw[0], sw[2], sw[3], *ops.out.stride(),
+        )  # fmt: skip
+        kernel = _depthwise_kernel[grid]
+        constants: dict[str, Any] = {
+            "KH": d["kernel_h"], "KW": d["kernel_w"], "BLOCK_M": bm, "BLOCK_N": bn,
+            **launch_options,
+        }  # fmt: skip
+    else:
+        bk = int(config["BLOCK_K"])
+        channel_blocks = triton.cdiv(d["icg"], bk)
+        steps = d["kernel_h"] * d["kernel_w"] * channel_blocks
+        grid = (triton.cdiv(rows, bm) * triton.cdiv(d["ocg"], bn), d["groups"])
+        args = (
+            ops.x, ops.w, ops.out,
+            rows, d["height"], d["width"], d["oh"], d["ow"], d["kernel_w"], d["icg"], d["ocg"],
+            steps, channel_blocks, *conv,
+            *ops.x.stride(), *ops.w.stride(), *ops.out.stride(),
+        )  # fmt: skip
+        kernel = _conv2d_kernel[grid]
+        constants = {
+            "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": int(config["GROUP_M"]),
+            "IEEE": workload.dtype == "float32", **launch_options,
+        }  # fmt: skip
 
     def launch() -> None:
         kernel(*args, **constants)
