@@ -223,15 +223,17 @@ def test_hopper_adds_tma_and_warp_specialisation_to_the_space_and_seeds() -> Non
     assert {(c["TMA"], c["WARP_SPECIALIZE"]) for c in tmpl.space(long, a100).points} == {
         (False, False)
     }  # fmt: skip
-    default = tmpl.default_config(long, H100)
-    assert default["TMA"] and not default["WARP_SPECIALIZE"] and default["BLOCK_M"] == 128
+    default = tmpl.default_config(long, H100)  # causal: small pointer-load tiles first
+    assert (default["BLOCK_M"], default["BLOCK_N"], default["TMA"]) == (64, 64, False)
+    full = tmpl.default_config(attention(m=4096, n=4096, k=128, heads=32), H100)
+    assert full["TMA"] and full["WARP_SPECIALIZE"] and full["BLOCK_N"] == 128
     assert not tmpl.default_config(long, a100)["TMA"]
     seeds = tmpl.seed_configs(long, H100)
     assert any(c["WARP_SPECIALIZE"] for c in seeds) and all(c in hopper for c in seeds)
     ws8 = Config({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2,
                   "TMA": True, "WARP_SPECIALIZE": True})  # fmt: skip
     assert "num_warps=4" in (tmpl.invalid_reason(long, H100, ws8) or "")
-    tma = Config({**default.to_dict()})
+    tma = Config({**full.to_dict(), "WARP_SPECIALIZE": False})
     assert "sm_90" in (tmpl.invalid_reason(long, a100, tma) or "")
     assert "missing" in (tmpl.invalid_reason(long, H100, Config({"BLOCK_M": 64})) or "")
     # A warp-specialised 128 x 128 tile in 3 stages needs 257 KiB on sm_90 (measured): out.
