@@ -3,20 +3,35 @@ with a short time slice giving another key's first job the device after one slic
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from tests.test_runner import WORKLOAD, SlowReplay, replay_history, wait_for
-from tunehub.core import Budget, JobSpec, JobState, Scope, Target, local_cpu_target
+from tunehub.core import (
+    Budget,
+    JobSpec,
+    JobState,
+    MeasureRecord,
+    MeasureRequest,
+    MeasureResult,
+    MeasureStatus,
+    Scope,
+    Target,
+    local_cpu_target,
+)
 from tunehub.core.apikey import new_api_key
 from tunehub.core.fairshare import FairShare, OwnerQueue, job_slice_secs
 from tunehub.core.records import utc_now
-from tunehub.db import ScheduleStore
+from tunehub.db import MemoryScheduleStore, ScheduleStore
 from tunehub.service.runner import JobRunner
 from tunehub.service.settings import Settings
+from tunehub.workers.base import resolve
+from tunehub.workers.replay import ReplayMeasurer
 
 
 def make_key(store: ScheduleStore, name: str) -> int:
@@ -252,3 +267,80 @@ def test_the_slice_is_shortened_only_while_other_keys_first_jobs_wait() -> None:
     # Many keys at once: never below the floor.
     crowd = [OwnerQueue(k, 1, t0, None) for k in range(10, 40)]
     assert job_slice_secs(crowd, own_key=1, **at) == 2.0
+
+
+class SlowToAnswer(ReplayMeasurer):
+    """Answers ``slow`` template's requests only after ``secs`` (a trial, or the library
+    baseline a new job measures first, on a busy machine): a cancel answers at once."""
+
+    def __init__(self, history: list[MeasureRecord], target: Target, slow: str, secs: float):
+        super().__init__(history, target=target)
+        self.slow, self.secs = slow, secs
+
+    def submit(self, request: MeasureRequest) -> Future[MeasureResult]:
+        if request.template != self.slow:
+            return super().submit(request)
+        future: Future[MeasureResult] = Future()
+        timer = threading.Timer(self.secs, lambda: resolve(future, self.answer(request)))
+        timer.daemon = True
+        timer.start()
+        return future
+
+
+def two_new_keys_behind_a_long_job(
+    store: ScheduleStore, slow: str
+) -> tuple[list[int], dict[int, float]]:
+    """A queues 10 jobs, then B and C one each; every ``slow`` measurement takes longer than
+    the whole slice. A's, B's and C's first jobs, and how long B and C waited for theirs."""
+    target = local_cpu_target()
+    store.put_target(target)
+    history = replay_history(target)
+    a, b, c = make_key(store, "a"), make_key(store, "b"), make_key(store, "c")
+    a_jobs = [submit(store, target, a, trials=300) for _ in range(10)]
+    firsts = [a_jobs[0], submit(store, target, b, trials=3), submit(store, target, c, trials=3)]
+    slice_secs = 3.0
+    runner = JobRunner(
+        store,
+        lambda: SlowToAnswer(history, target, slow, secs=slice_secs + 0.5),
+        poll_secs=0.01,
+        slice_secs=slice_secs,
+        min_slice_secs=0.2,
+    )
+    runner.start()
+    try:
+        wait_for(lambda: store.get_job(firsts[2]).state is not JobState.QUEUED, 30)
+    finally:
+        runner.stop()
+    waited = {}
+    for job_id in firsts[1:]:
+        job = store.get_job(job_id)
+        assert job.started_at is not None
+        waited[job_id] = (job.started_at - job.created_at).total_seconds()
+    return firsts, waited
+
+
+def test_two_new_keys_start_within_one_slice_though_a_trial_takes_longer(
+    store: ScheduleStore,
+) -> None:
+    """Each trial takes longer than the slice: A's and B's jobs used to hand back only once
+    their trial in flight was stored, so C waited two trials. Their slices now end at once,
+    the trial cut short: stored ``cancelled`` (no verdict), measured again when they resume."""
+    (a_job, b_job, _), waited = two_new_keys_behind_a_long_job(store, "blis.gemm")
+    assert all(secs < 3.0 for secs in waited.values()), waited
+    for job_id in (a_job, b_job):
+        # Its trial in flight, if it got to ask one before its share was over (a busy VM).
+        records = store.job_records(job_id)
+        assert {r.status for r in records} <= {MeasureStatus.CANCELLED}, records
+        assert store.get_job(job_id).state is JobState.QUEUED  # to resume from its records
+    assert any(store.job_records(job_id) for job_id in (a_job, b_job))
+
+
+def test_two_new_keys_start_within_one_slice_though_the_baseline_takes_longer() -> None:
+    """The library baseline a new job measures before its first trial takes longer than the
+    slice (on the busy VM the guard re-measured it 1, 3 and 9 s later, and the slice check
+    was not asked meanwhile): now a pause stops it, to be measured by the job's next run."""
+    store = MemoryScheduleStore()
+    (a_job, _, _), waited = two_new_keys_behind_a_long_job(store, "numpy.matmul")
+    assert all(secs < 3.0 for secs in waited.values()), waited
+    assert store.get_job(a_job).state is JobState.QUEUED
+    assert store.job_records(a_job) == []

@@ -18,7 +18,10 @@ handed back at the end of its slice (another job waits), its time is counted for
 and the other key, at share 0, is claimed next. When several keys' first jobs wait at once,
 the running job's slice is shortened so that the last of them still starts within one slice
 of the oldest's submission (``job_slice_secs``): with ``n`` such keys, the time left until
-then is shared by the running job, the ``n - 1`` keys before the last and a margin.
+then is shared by the running job, the ``n - 1`` keys before the last and a margin. Such a
+slice end does not wait for what the job has in flight (``first_jobs_waiting``): a trial,
+or the library baseline a new job measures first, can take longer than the whole share on
+a busy machine; it is cut short and measured again when the job resumes.
 
 >>> from datetime import timedelta
 >>> now = utc_now()
@@ -109,6 +112,18 @@ class OwnerQueue:
         )
 
 
+def first_jobs_waiting(owners: Iterable[OwnerQueue], *, own_key: int | None) -> list[datetime]:
+    """When the other keys whose first job waits (``OwnerQueue.first_job_waits``) queued it:
+    a job of ``own_key`` whose slice ends while this is not empty hands the device back at
+    once, cutting short what it has in flight (it is measured again when the job resumes),
+    since those keys were promised the device within one slice of queueing."""
+    return [
+        o.first_created_at
+        for o in owners
+        if o.first_job_waits and o.api_key_id != own_key and o.first_created_at is not None
+    ]
+
+
 def job_slice_secs(
     owners: Iterable[OwnerQueue],
     *,
@@ -124,7 +139,7 @@ def job_slice_secs(
     has started since they queued: ``OwnerQueue.first_job_waits``): then the slice ends
     early enough that each of them starts within one slice of the oldest one's submission:
     the time left until then is shared evenly by this job, the keys before the last, and one
-    share more, kept as a margin for the hand-backs (a trial in flight finishes first).
+    share more, kept as a margin for the hand-backs (each cuts short what is in flight).
     Never shorter than ``min_slice_secs``.
 
     >>> from datetime import timedelta
@@ -139,14 +154,10 @@ def job_slice_secs(
     ...                slice_secs=30.0, min_slice_secs=1.0)
     30.0
     """
-    waiting = [o for o in owners if o.queued > 0]
-    if not waiting:
+    owners = list(owners)
+    if not any(o.queued > 0 for o in owners):
         return None
-    first = [
-        o.first_created_at
-        for o in waiting
-        if o.first_job_waits and o.api_key_id != own_key and o.first_created_at is not None
-    ]
+    first = first_jobs_waiting(owners, own_key=own_key)
     if not first:
         return slice_secs
     left = (min(first) - started_at).total_seconds() + slice_secs

@@ -7,7 +7,8 @@ target are claimed by it. A job for a target with no live worker stays queued.
 Jobs share a device fairly: after its time slice a job whose target has other jobs waiting is
 handed back to the queue (behind them) and resumes later from its stored records; while other
 keys' first jobs wait the slice is shorter, so several keys queueing at once each start within
-one slice. The next job claimed is that of the key with the least device time used
+one slice, and it ends at once (what is in flight is cut short, measured again on resume). The
+next job claimed is that of the key with the least device time used
 recently (fair share between keys, ``tunehub.core.fairshare``), then of the highest priority,
 then the longest waiting. The runner
 also watches its environment (the build dir can take files, the database takes writes); while
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunehub.core import Job, JobState, Target, Worker, utc_now
 from tunehub.core.damped import DampedLog
-from tunehub.core.fairshare import FairShare, job_slice_secs
+from tunehub.core.fairshare import FairShare, first_jobs_waiting, job_slice_secs
 from tunehub.core.owner import DEFAULT_LEASE_SECS, new_owner, owner_replica
 from tunehub.db.journal import ReplayReport, ResultJournal
 from tunehub.db.store import JobNotFound, ScheduleStore, StoreUnavailable
@@ -551,6 +552,7 @@ class JobRunner:
                 on_progress=report,
                 should_stop=poll,
                 should_pause=pause,
+                pause_now=pause.now,
                 tuning_secs_before=job.tuning_secs,
                 owner=job.owner,
                 db_outage_secs=self.db_outage_secs,
@@ -606,13 +608,17 @@ class JobRunner:
             self._finish(job, JobState.FAILED, f"no trial ran ({result.stopped_by})")
         log.info("job %d: %s after %d trials", job.id, result.stopped_by, result.trials_done)
 
-    def _slice_over(self, job: Job, worker: DeviceWorker) -> Callable[[], bool]:
-        """Whether ``job`` has had its time slice and another job of its target waits.
+    def _slice_over(self, job: Job, worker: DeviceWorker) -> _SliceEnd:
+        """Whether ``job`` has had its time slice and another job of its target waits (the
+        answer's ``now`` says whether the hand-back can wait for what is in flight).
 
         The slice is ``slice_secs``, shorter while other keys' first jobs wait
         (``tunehub.core.fairshare.job_slice_secs``): several keys queueing at once behind a
         long job each start within one slice of queueing, instead of each waiting for the
-        whole slices of those before it. Never shorter than ``min_slice_secs``."""
+        whole slices of those before it. Never shorter than ``min_slice_secs``. A slice that
+        ends for such keys ends at once: what is in flight is cut short (stored cancelled,
+        measured again when the job resumes), for a trial or a library baseline can take
+        longer than the slice's share on a busy machine, and those keys would wait for it."""
         started, started_at = time.monotonic(), utc_now()
         window = (self.fair_share or FAIR_SHARE).window_secs
 
@@ -624,6 +630,7 @@ class JobRunner:
         shortest = min(self.slice_secs or 0.0, self.min_slice_secs)
         # Once a second at most, and often enough for a short slice to end on time.
         every = min(SLICE_CHECK_SECS, max(0.02, shortest / 8))
+        end = _SliceEnd()
 
         def check() -> bool:
             if not worker.available():  # every actor of the target is gone: wait for one
@@ -651,9 +658,13 @@ class JobRunner:
                 slice_secs=self.slice_secs,
                 min_slice_secs=self.min_slice_secs,
             )
-            return secs is not None and now - started >= secs
+            over = secs is not None and now - started >= secs
+            if over and first_jobs_waiting(owners, own_key=job.api_key_id):
+                end.at_once = True
+            return over
 
-        return check
+        end.check = check
+        return end
 
     def _finish(self, job: Job, state: JobState, error: str, *, retry_secs: float = 0) -> None:
         """End a RUNNING job this runner holds; a cancel that got in first stands, and so
@@ -673,6 +684,24 @@ class JobRunner:
                 if time.monotonic() >= deadline or self._stop.is_set():
                     raise
                 self._stop.wait(1.0)
+
+
+class _SliceEnd:
+    """A running job's slice end, as its Session asks: called, whether the slice is over
+    (the orderly hand-back: what is in flight finishes first); ``now``, whether the slice
+    that ended cannot wait for that (another key's first job is due)."""
+
+    def __init__(self) -> None:
+        self.check: Callable[[], bool] = lambda: False
+        self.at_once = False  # once so, so until the hand-back
+
+    def __call__(self) -> bool:
+        return self.check()
+
+    def now(self) -> bool:
+        if not self.at_once:
+            self.check()  # a whole slice that ended may meet a key's first job queued since
+        return self.at_once
 
 
 class _Throttle:

@@ -6,7 +6,11 @@ times one candidate while the next ones build), stores each result the moment it
 budget (trials, or tuning seconds over every run of the job), an exhausted space, a cancel or
 shutdown (in-flight candidates are killed and recorded as ``cancelled``), repeated machine
 failures, or a pause (its time slice is over: what is in flight finishes and is stored, then
-the job goes back to the queue and a later run resumes it). When the budget ends it, it
+the job goes back to the queue and a later run resumes it). A pause that cannot wait for what
+is in flight (``pause_now``: another key's first job is due) cuts it short instead: it is
+stored ``cancelled``, which is no verdict, so the resumed run measures it again, once. The
+library baselines a job measures first stop at any pause (those that settled are stored, the
+others are measured by the next run). When the budget ends it, it
 re-times the fastest configs, interleaved, and the Schedule keeps the confirmed winner.
 
 Every result of a live measurer passes the trust guard (``tunehub.tuner.guard``) before it is
@@ -186,6 +190,7 @@ class Session:
         on_progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         should_pause: Callable[[], bool] | None = None,
+        pause_now: Callable[[], bool] | None = None,
         baseline: Template | None = None,
         tuning_secs_before: float = 0.0,
         confirm_top: int = CONFIRM_TOP,
@@ -210,6 +215,10 @@ class Session:
         self.should_stop = should_stop or (lambda: False)
         # An orderly hand-back, not a cancel: nothing new is asked, what is in flight finishes.
         self.should_pause = should_pause or (lambda: False)
+        # A pause that cannot wait: what is in flight is cut short (stored ``cancelled``, not a
+        # verdict, so the resumed run measures it again). Asked only once a pause is due.
+        self.pause_now = pause_now or (lambda: False)
+        self._paused = False  # once a pause is due it stays due
         self.baseline = baseline
         self.tuning_secs_before = tuning_secs_before
         self.confirm_top = max(0, confirm_top)
@@ -272,9 +281,17 @@ class Session:
         ]
         requests = [self.request(config, baseline) for config in missing]
         # The library is judged by the machine's state only (nothing to compare it with yet).
-        decisions = self._measure_guarded(requests, [References()] * len(requests))
+        # A pause stops them too (its slice is over before its first trial): what settled is
+        # stored, the others are measured by the job's next run.
+        decisions = self._guarded(
+            requests,
+            [References()] * len(requests),
+            halt=lambda: self.should_stop() or self._pause_due(),
+        )
         records = []
-        for request, decision in zip(requests, decisions or [], strict=False):
+        for request, decision in zip(requests, decisions, strict=True):
+            if decision is None:  # cut short by a stop or a pause
+                continue
             record = MeasureRecord(request=request, result=decision.result)
             records.append(record)
             if not record.verdict:
@@ -393,6 +410,7 @@ class Session:
         machine_failures = 0
         noisy_in_a_row = 0
         exhausted = False
+        cut_short = False  # a pause that could not wait cancelled what was in flight
 
         def spent() -> float:
             return self.tuning_secs_before + time.monotonic() - start
@@ -409,14 +427,21 @@ class Session:
                     stopped_by = "max_trials"
                 elif spent() >= self.budget.max_secs:
                     stopped_by = "max_secs"
-                elif self.should_pause():
+                elif self._pause_due():
                     stopped_by = "paused"
-                if stopped_by and stopped_by != "paused" and in_flight:
-                    # The budget or a stop ends the job now: what is in flight is cut short.
+                if stopped_by == "paused" and in_flight and self.pause_now():
+                    cut_short = True
+                if stopped_by and in_flight and (stopped_by != "paused" or cut_short):
+                    # The budget, a stop or a pause that cannot wait ends the job now: what is
+                    # in flight is cut short.
                     self.measurer.cancel(list(in_flight))
-            elif stopped_by == "paused" and in_flight and self.should_stop():
-                stopped_by = "cancelled"  # a cancel or shutdown while the pause drains
-                self.measurer.cancel(list(in_flight))
+            elif stopped_by == "paused" and in_flight:
+                if self.should_stop():
+                    stopped_by = "cancelled"  # a cancel or shutdown while the pause drains
+                    self.measurer.cancel(list(in_flight))
+                elif not cut_short and self.pause_now():  # the pause can wait no longer
+                    cut_short = True
+                    self.measurer.cancel(list(in_flight))
             try:
                 if stopped_by and deferred:
                     # No more re-measures: what has not settled is stored as noisy.
@@ -614,12 +639,32 @@ class Session:
     def _record(self, trial: _Trial, decision: guard.Decision) -> MeasureRecord:
         return MeasureRecord(trial.request, decision.result, job_id=self.job_id)
 
+    def _pause_due(self) -> bool:
+        """Whether the job is to be handed back (``should_pause``, asked until it says so)."""
+        if not self._paused:
+            self._paused = self.should_pause()
+        return self._paused
+
     def _measure_guarded(
         self, requests: Sequence[MeasureRequest], refs: Sequence[References]
     ) -> list[guard.Decision] | None:
         """Measure every request, re-measuring what the guard does not trust (after its
         delay, interleaved with the others); the final decisions in order. None if the
         session was stopped meanwhile (what was in flight is cancelled)."""
+        decisions = self._guarded(requests, refs, halt=self.should_stop)
+        if any(d is None for d in decisions):
+            return None
+        return [d for d in decisions if d is not None]
+
+    def _guarded(
+        self,
+        requests: Sequence[MeasureRequest],
+        refs: Sequence[References],
+        *,
+        halt: Callable[[], bool],
+    ) -> list[guard.Decision | None]:
+        """``_measure_guarded``'s loop: each request's final decision, in order; once
+        ``halt`` says so, what is in flight is cancelled and what had not settled is None."""
         trials = [_Trial(request) for request in requests]
         decisions: list[guard.Decision | None] = [None] * len(trials)
         in_flight = {self.measurer.submit(t.request): i for i, t in enumerate(trials)}
@@ -632,20 +677,20 @@ class Session:
                     deferred.remove(i)
                     in_flight[self.measurer.submit(trials[i].request)] = i
             if not in_flight:
-                if self.should_stop():
-                    return None
+                if halt():
+                    return decisions
                 time.sleep(POLL_SECS)
                 continue
             done, _ = wait(list(in_flight), timeout=POLL_SECS, return_when=FIRST_COMPLETED)
-            if not done and self.should_stop():
+            if not done and halt():
                 self.measurer.cancel(list(in_flight))
             for future in done:
                 i = in_flight.pop(future)
                 arrived += 1
                 result = future.result()
-                if result.status is MeasureStatus.CANCELLED or self.should_stop():
+                if result.status is MeasureStatus.CANCELLED or halt():
                     self.measurer.cancel(list(in_flight))
-                    return None
+                    return decisions
                 decision = self._judge(trials[i], result, refs[i])
                 if decision.action == "retry":
                     log.info("re-measuring %s %s in %.0f s: %s", requests[i].template,
@@ -656,7 +701,7 @@ class Session:
                     deferred.append(i)
                 else:
                     decisions[i] = decision
-        return [d for d in decisions if d is not None]
+        return decisions
 
     # --- storing results, through outages and lease losses ---------------------------------
     def _lost(self, exc: LeaseLost, in_flight: dict[Future[MeasureResult], Any]) -> None:
@@ -944,6 +989,7 @@ def session_for_job(
     on_progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     should_pause: Callable[[], bool] | None = None,
+    pause_now: Callable[[], bool] | None = None,
     tuning_secs_before: float = 0.0,
     confirm_top: int = CONFIRM_TOP,
     models: ModelCache | None = None,
@@ -996,6 +1042,7 @@ def session_for_job(
         on_progress=on_progress,
         should_stop=should_stop,
         should_pause=should_pause,
+        pause_now=pause_now,
         baseline=baseline,
         tuning_secs_before=tuning_secs_before,
         confirm_top=confirm_top,
