@@ -41,7 +41,8 @@ H100 = Target(
 )
 SMALL = {"op": "conv2d", "in_channels": 4, "out_channels": 6, "height": 7, "width": 6,
          "kernel_h": 3, "kernel_w": 3}  # fmt: skip
-TILE = {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 2, "num_stages": 1}
+TILE = {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 2, "num_stages": 1,
+        "REPACK": False}  # fmt: skip
 
 
 def conv(**changes: Any) -> Workload:
@@ -73,6 +74,26 @@ def test_the_triton_kernel_matches_the_float64_reference(
     )
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [{"pad_h": 1, "pad_w": 1, "batch": 2}, {"groups": 4, "out_channels": 8, "pad_w": 1}],
+)
+def test_nchw_repacked_to_channels_last_in_the_call_matches_the_reference(
+    changes: dict[str, Any],
+) -> None:
+    w = conv(data_layout="nchw", dtype="float32", **changes)
+    ops = ck.operands(w, torch.device("cpu"), seed=5)
+    x_before = ops.x.clone()
+    launch = ck.bind(ops, {**TILE, "REPACK": True})
+    launch()
+    check = ck.check(ops.out, ck.reference(ops), "float32")
+    assert check.ok, check.message
+    assert torch.equal(ops.x, x_before) and ops.out.is_contiguous()
+    ops.x.uniform_(-1.0, 1.0)  # a later call reads the input as it is then
+    launch()
+    assert ck.check(ops.out, ck.reference(ops), "float32").ok
+
+
 def test_the_check_catches_an_unwritten_output() -> None:
     ops = ck.operands(conv(pad_h=1), torch.device("cpu"), seed=1)
     check = ck.check(ops.out, ck.reference(ops), "float32")
@@ -89,6 +110,10 @@ def test_the_space_fits_the_gemm_view_and_the_device() -> None:
     assert {(c["BLOCK_K"], c["GROUP_M"], c["num_stages"]) for c in points} == {(16, 1, 1)}
     assert t.default_config(depthwise, H100) in points
     narrow = conv(in_channels=4, out_channels=6, dtype="float16")  # 4 channels a tap
+    assert {c["REPACK"] for c in t.space(narrow, H100).points} == {False, True}
+    assert t.default_config(narrow, H100)["REPACK"] is True  # nchw read from channels-last
+    nhwc = conv(in_channels=4, out_channels=6, dtype="float16", data_layout="nhwc")
+    assert {c["REPACK"] for c in t.space(nhwc, H100).points} == {False}
     assert {int(c["BLOCK_K"]) for c in t.space(narrow, H100).points} == {16}
     big = conv(in_channels=256, out_channels=256, height=56, width=56, batch=8, dtype="float16")
     points = t.space(big, H100).points

@@ -534,7 +534,7 @@ CONV_OWN_NAMES = (
 # vectors in nchw), and the rows per unit as a share of OH.
 DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
 BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
-TRITON_CONV_NAMES = (*TRITON_NAMES, *CONV_OWN_NAMES)
+TRITON_CONV_NAMES = (*TRITON_NAMES, *CONV_OWN_NAMES, "repack")
 
 
 def _conv_view(workload: Workload, *, cpu: bool) -> Workload:
@@ -609,6 +609,8 @@ def _triton_conv(
     out = _triton(_conv_view(workload, cpu=False), target, configs)
     _rewave(out, out["tiles"] * float(workload.param("groups")))
     out.update(_conv_own(workload))
+    # NCHW read from channels-last copies made in the call (REPACK).
+    out["repack"] = np.array([bool(c.get("REPACK", False)) for c in configs], dtype=np.float64)
     return out
 
 
@@ -667,7 +669,7 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     ),
     # 2: the depthwise path's knobs (DEPTHWISE_NAMES) and its units' fill.
     "blis.conv2d": FeatureSet("blis.conv2d", 2, BLIS_CONV_NAMES, _blis_conv, consensus=20),
-    "triton.conv2d": FeatureSet("triton.conv2d", 1, TRITON_CONV_NAMES, _triton_conv, consensus=1),
+    "triton.conv2d": FeatureSet("triton.conv2d", 2, TRITON_CONV_NAMES, _triton_conv, consensus=1),
 }
 
 

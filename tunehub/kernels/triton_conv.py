@@ -9,8 +9,11 @@ each at least 16 for ``tl.dot``) and leaves out configs whose pipelined tiles do
 shared memory or whose accumulator is far past what a thread holds. A depthwise workload
 (one input channel a group) runs the direct kernel instead, whose knobs are ``BLOCK_M``
 (output pixels), ``BLOCK_N`` (channels, up to all of them) and ``num_warps``; its space holds
-one value of the others. This module imports neither torch nor Triton at import time; ``run``
-does, in the GPU's run sandbox (or on the CPU under TRITON_INTERPRET=1).
+one value of the others. For NCHW workloads ``REPACK`` copies the input and filters into
+channels-last buffers in each call (their time counted) and runs the kernels on those, as
+Inductor's layout optimisation does for a graph. This module imports neither torch nor
+Triton at import time; ``run`` does, in the GPU's run sandbox (or on the CPU under
+TRITON_INTERPRET=1).
 
 >>> from tunehub.core import Target, Workload
 >>> h100 = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132, properties={
@@ -39,7 +42,7 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
-from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise
+from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.triton_gemm import _device, _interpreting, device_props
 
@@ -55,7 +58,7 @@ DEPTHWISE_NS = (8, 16, 32, 64, 128)
 DEPTHWISE_WARPS = (1, 2, 4, 8)
 DEFAULT_SMEM = 166912
 MAX_ACC_PER_THREAD = 256
-KNOB_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+KNOB_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "REPACK")
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # Known-good tiles (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), the first that fits
 # being the default: triton.gemm's usual points, then narrower ones for few channels a group.
@@ -65,16 +68,22 @@ SEEDS = (
     (32, 16, 16, 2, 1),
 )  # fmt: skip
 # The direct kernel's seed tiles (BLOCK_M, BLOCK_N, num_warps) per layout, the first that fits
-# the default: wide along the contiguous dimension, the channels of NHWC or the pixels of
-# NCHW (256 x 16 was the fastest of 5 seeds on an H100 at ConvNeXt's 7x7, 56x56, NCHW).
+# the default: 32 x 32 with one warp (what 64 trials found fastest at ConvNeXt's 7x7, 56x56 on
+# an H200, in both layouts), then tiles wide along the contiguous dimension, the channels of
+# NHWC or the pixels of NCHW.
 DEPTHWISE_SEEDS = {
-    "nhwc": ((32, 128, 4), (64, 64, 4), (16, 128, 2), (128, 32, 4), (64, 128, 8)),
-    "nchw": ((256, 16, 4), (128, 16, 4), (512, 8, 4), (128, 32, 4), (256, 32, 8)),
+    "nhwc": ((32, 32, 1), (32, 128, 4), (64, 64, 4), (16, 128, 2), (128, 32, 4)),
+    "nchw": ((32, 32, 1), (256, 16, 4), (128, 16, 4), (512, 8, 4), (128, 32, 4)),
 }
 
 
 def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, 1 << max(0, math.ceil(math.log2(max(1, n)))))
+
+
+def _repacks(workload: Workload) -> tuple[bool, ...]:
+    """REPACK's values: an NCHW workload may be read from channels-last copies."""
+    return (False,) if is_nhwc(workload) else (False, True)
 
 
 def shared_bytes(config: Config, elem: int) -> int:
@@ -120,6 +129,7 @@ class TritonConv2dTemplate(Template):
             Knob("GROUP_M", GROUP_MS),
             Knob("num_warps", WARPS),
             Knob("num_stages", STAGES),
+            Knob("REPACK", _repacks(workload)),
         )
         constraints = (
             KnobConstraint(
@@ -156,6 +166,7 @@ class TritonConv2dTemplate(Template):
             Knob("GROUP_M", (1,)),
             Knob("num_warps", DEPTHWISE_WARPS),
             Knob("num_stages", (1,)),
+            Knob("REPACK", _repacks(workload)),
         )
         constraints = (
             KnobConstraint(
@@ -172,15 +183,17 @@ class TritonConv2dTemplate(Template):
         return SearchSpace(knobs=knobs, constraints=constraints)
 
     def _seeds(self, workload: Workload) -> list[Config]:
+        """Known-good tiles; for NCHW, the channels-last tiles repacked first, then the
+        layout's own tiles read in place."""
         if is_depthwise(workload):
-            return [
-                Config(dict(zip(KNOB_NAMES, (bm, bn, 16, 1, w, 1), strict=True)))
-                for bm, bn, w in DEPTHWISE_SEEDS[str(workload.param("data_layout"))]
-            ]
-        return [
-            Config(dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True)))
-            for bm, bn, bk, w, s in SEEDS
-        ]
+            last = [(bm, bn, 16, 1, w, 1) for bm, bn, w in DEPTHWISE_SEEDS["nhwc"]]
+            first = [(bm, bn, 16, 1, w, 1) for bm, bn, w in DEPTHWISE_SEEDS["nchw"]]
+        else:
+            last = first = [(bm, bn, bk, 8, w, s) for bm, bn, bk, w, s in SEEDS]
+        tiles = [(*t, False) for t in last]
+        if not is_nhwc(workload):
+            tiles = [(*t, True) for t in last] + [(*t, False) for t in first]
+        return [Config(dict(zip(KNOB_NAMES, t, strict=True))) for t in tiles]
 
     def default_config(self, workload: Workload, target: Target) -> Config:
         """The first known-good tile that fits the workload and device."""
