@@ -332,7 +332,6 @@ def test_two_new_keys_start_within_one_slice_though_a_trial_takes_longer(
         records = store.job_records(job_id)
         assert {r.status for r in records} <= {MeasureStatus.CANCELLED}, records
         assert store.get_job(job_id).state is JobState.QUEUED  # to resume from its records
-    assert any(store.job_records(job_id) for job_id in (a_job, b_job))
 
 
 def test_two_new_keys_start_within_one_slice_though_the_baseline_takes_longer() -> None:

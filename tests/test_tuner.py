@@ -648,3 +648,33 @@ def test_config_equality_tells_bools_from_ints() -> None:
     assert Config({"x": True}) != Config({"x": 1})
     assert Config({"x": True}).key != Config({"x": 1}).key
     assert len({Config({"x": True}), Config({"x": 1}), Config({"x": 1})}) == 2
+
+
+def test_a_resumed_job_does_not_measure_a_baseline_that_did_not_settle_again() -> None:
+    """A library config that does not settle is not stored, so it is measured again next
+    time: on the busy VM the 2-thread numpy baseline never settled and every run of every job
+    spent 13.5 s on it before its first trial (issue 27). A job's resumed run skips the
+    baselines (its first run measured them); another job measures the missing one again."""
+    store = MemoryScheduleStore()
+    one = MeasureRequest(WORKLOAD, TARGET, "toy.library", 1, Config({"threads": 1}))
+    measurer = ReplayMeasurer(
+        [*history(small_space()), MeasureRecord(one, MeasureResult(MeasureStatus.OK, (0.05,)))],
+        fallback=lambda request: MeasureResult(MeasureStatus.WORKER_ERROR, error="busy"),
+    )
+
+    def library_asked() -> int:
+        return [r.template for r in measurer.requests].count("toy.library")
+
+    job_id = new_job(store, Budget(max_trials=3, max_secs=60))
+    for trials in (1, 3):  # a first run handed back after one trial, then its resumed run
+        make_session(
+            store, Budget(max_trials=trials, max_secs=60), job_id, measurer=measurer,
+            baseline=ToyLibrary(),
+        ).run()  # fmt: skip
+        assert library_asked() == 2
+    assert len(store.job_records(job_id)) == 3
+    budget = Budget(max_trials=1, max_secs=60)
+    make_session(
+        store, budget, new_job(store, budget), measurer=measurer, baseline=ToyLibrary()
+    ).run()
+    assert library_asked() == 3  # threads=2, still missing; threads=1 is stored
