@@ -137,6 +137,34 @@ def _depthwise_kernel(
     tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=row_in[:, None] & col_in[None, :])
 
 
+@triton.jit
+def _to_channels_last(src, dst, C, HW, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
+    """dst[n, p, c] = src[n, c, p] for contiguous (N, C, H·W) ``src``: a tile read along the
+    pixels and written along the channels (Triton moves it through shared memory between)."""
+    n = tl.program_id(2).to(tl.int64)
+    rc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    rp = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    mask = (rc[:, None] < C) & (rp[None, :] < HW)
+    tile = tl.load(src + n * C * HW + rc[:, None] * HW + rp[None, :], mask=mask)
+    tl.store(dst + n * C * HW + rp[None, :] * C + rc[:, None], tile, mask=mask)
+
+
+def channels_last_copier(src: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
+    """A channels-last buffer shaped as the contiguous 4-D ``src`` and the launch that copies
+    ``src`` into it (one Triton transpose per call)."""
+    dst = torch.empty_like(src, memory_format=torch.channels_last)
+    n, c = src.shape[0], src.shape[1]
+    hw = src.shape[2] * src.shape[3]
+    block_c, block_p = min(64, triton.next_power_of_2(c)), min(64, triton.next_power_of_2(hw))
+    grid = (triton.cdiv(hw, block_p), triton.cdiv(c, block_c), n)
+    kernel = _to_channels_last[grid]
+
+    def copy() -> None:
+        kernel(src, dst, c, hw, BLOCK_C=block_c, BLOCK_P=block_p, num_warps=4)
+
+    return dst, copy
+
+
 @dataclass
 class ConvOperands:
     x: torch.Tensor
@@ -185,16 +213,16 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
     depthwise workload (BLOCK_M pixels x BLOCK_N channels a program), else implicit GEMM.
 
     ``REPACK`` (NCHW workloads): each call first copies the input and the filters into
-    channels-last buffers and the kernel reads those (channels contiguous in a tap: whole
+    channels-last buffers (``channels_last_copier``) and the kernel reads those (channels contiguous in a tap: whole
     vectors a row), writing the NCHW output through its strides. The copies are part of the
     call, and of its time."""
     workload = ops.workload
     d = conv_dims(workload)
     x, w = ops.x, ops.w
-    repack = bool(config.get("REPACK", False)) and not is_nhwc(workload)
-    if repack:
-        x = torch.empty_like(ops.x, memory_format=torch.channels_last)
-        w = torch.empty_like(ops.w, memory_format=torch.channels_last)
+    copies: list[Callable[[], None]] = []
+    if config.get("REPACK", False) and not is_nhwc(workload):
+        (x, copy_x), (w, copy_w) = channels_last_copier(ops.x), channels_last_copier(ops.w)
+        copies = [copy_x, copy_w]
     rows = d["batch"] * d["oh"] * d["ow"]
     bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     conv = (
@@ -232,9 +260,8 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
         }  # fmt: skip
 
     def launch() -> None:
-        if repack:
-            x.copy_(ops.x)
-            w.copy_(ops.w)
+        for copy in copies:
+            copy()
         kernel(*args, **constants)
 
     return launch
