@@ -534,7 +534,7 @@ CONV_OWN_NAMES = (
 # vectors in nchw), and the rows per unit as a share of OH.
 DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
 BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
-TRITON_CONV_NAMES = (*TRITON_NAMES, *CONV_OWN_NAMES, "repack")
+TRITON_CONV_NAMES = (*TRITON_NAMES, *CONV_OWN_NAMES, "repack", "dw_block_rows")
 
 
 def _conv_view(workload: Workload, *, cpu: bool) -> Workload:
@@ -611,6 +611,11 @@ def _triton_conv(
     out.update(_conv_own(workload))
     # NCHW read from channels-last copies made in the call (REPACK).
     out["repack"] = np.array([bool(c.get("REPACK", False)) for c in configs], dtype=np.float64)
+    # The depthwise kernel's rows a block (BLOCK_M / TILE_W; 0 for implicit-GEMM configs).
+    out["dw_block_rows"] = np.array(
+        [int(c["BLOCK_M"]) / int(c["TILE_W"]) if "TILE_W" in c else 0.0 for c in configs],
+        dtype=np.float64,
+    )
     return out
 
 

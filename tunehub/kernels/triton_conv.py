@@ -56,9 +56,10 @@ STAGES = (1, 2, 3, 4, 5)
 DEPTHWISE_MS = (16, 32, 64, 128, 256, 512)
 DEPTHWISE_NS = (8, 16, 32, 64, 128)
 DEPTHWISE_WARPS = (1, 2, 4, 8)
+DEPTHWISE_TILE_WS = (4, 8, 16, 32, 64)
 DEFAULT_SMEM = 166912
 MAX_ACC_PER_THREAD = 256
-KNOB_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "REPACK")
+KNOB_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # Known-good tiles (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), the first that fits
 # being the default: triton.gemm's usual points, then narrower ones for few channels a group.
@@ -71,10 +72,17 @@ SEEDS = (
 # the default: 32 x 32 with one warp (what 64 trials found fastest at ConvNeXt's 7x7, 56x56 on
 # an H200, in both layouts), then tiles wide along the contiguous dimension, the channels of
 # NHWC or the pixels of NCHW.
+# Each with its TILE_W (pixels a row of the block): blocks of 2-8 rows reuse their input
+# window across the filter's rows.
 DEPTHWISE_SEEDS = {
-    "nhwc": ((32, 32, 1), (32, 128, 4), (64, 64, 4), (16, 128, 2), (128, 32, 4)),
-    "nchw": ((32, 32, 1), (256, 16, 4), (128, 16, 4), (512, 8, 4), (128, 32, 4)),
-}
+    "nhwc": (
+        (32, 32, 1, 32), (64, 32, 2, 16), (32, 32, 1, 8), (32, 128, 4, 16), (64, 64, 4, 16),
+        (128, 32, 4, 32),
+    ),
+    "nchw": (
+        (32, 32, 1, 32), (256, 16, 4, 32), (128, 16, 4, 32), (512, 8, 4, 64), (128, 32, 4, 16),
+    ),
+}  # fmt: skip
 
 
 def _pow2_at_least(n: int, floor: int) -> int:
@@ -155,10 +163,13 @@ class TritonConv2dTemplate(Template):
         return SearchSpace(knobs=knobs, constraints=constraints)
 
     def _depthwise_space(self, workload: Workload) -> SearchSpace:
-        """The direct kernel's: pixels and channels a program and warps (each thread's
-        accumulators bounded); BLOCK_K, GROUP_M and num_stages have one value."""
-        cap_m = _pow2_at_least(workload.m * int(workload.param("batch")), 16)
-        cap_n = _pow2_at_least(int(workload.param("out_channels")), 8)
+        """The direct kernel's: a block of output pixels (BLOCK_M, in rows of TILE_W, within
+        one image), channels a program and warps (each thread's accumulators bounded);
+        BLOCK_K, GROUP_M and num_stages have one value."""
+        d = conv_dims(workload)
+        cap_w = _pow2_at_least(d["ow"], 4)
+        cap_h = _pow2_at_least(d["oh"], 1)
+        cap_n = _pow2_at_least(d["out_channels"], 8)
         knobs = (
             Knob("BLOCK_M", DEPTHWISE_MS),
             Knob("BLOCK_N", DEPTHWISE_NS),
@@ -167,12 +178,17 @@ class TritonConv2dTemplate(Template):
             Knob("num_warps", DEPTHWISE_WARPS),
             Knob("num_stages", (1,)),
             Knob("REPACK", _repacks(workload)),
+            Knob("TILE_W", DEPTHWISE_TILE_WS),
         )
         constraints = (
             KnobConstraint(
-                ("BLOCK_M", "BLOCK_N"),
-                lambda c: int(c["BLOCK_M"]) <= cap_m and int(c["BLOCK_N"]) <= cap_n,
+                ("BLOCK_M", "TILE_W"),
+                lambda c: (
+                    int(c["TILE_W"]) <= min(cap_w, int(c["BLOCK_M"]))
+                    and int(c["BLOCK_M"]) // int(c["TILE_W"]) <= cap_h
+                ),
             ),
+            KnobConstraint(("BLOCK_N",), lambda c: int(c["BLOCK_N"]) <= cap_n),
             KnobConstraint(
                 ("BLOCK_M", "BLOCK_N", "num_warps"),
                 lambda c: (
@@ -185,15 +201,24 @@ class TritonConv2dTemplate(Template):
     def _seeds(self, workload: Workload) -> list[Config]:
         """Known-good tiles; for NCHW, the channels-last tiles repacked first, then the
         layout's own tiles read in place."""
-        if is_depthwise(workload):
-            last = [(bm, bn, 16, 1, w, 1) for bm, bn, w in DEPTHWISE_SEEDS["nhwc"]]
-            first = [(bm, bn, 16, 1, w, 1) for bm, bn, w in DEPTHWISE_SEEDS["nchw"]]
-        else:
-            last = first = [(bm, bn, bk, 8, w, s) for bm, bn, bk, w, s in SEEDS]
-        tiles = [(*t, False) for t in last]
-        if not is_nhwc(workload):
-            tiles = [(*t, True) for t in last] + [(*t, False) for t in first]
-        return [Config(dict(zip(KNOB_NAMES, t, strict=True))) for t in tiles]
+        tiles: dict[str, list[dict[str, int]]] = {}
+        for layout in ("nhwc", "nchw"):
+            if is_depthwise(workload):
+                tiles[layout] = [
+                    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": w,
+                     "num_stages": 1, "TILE_W": tw}
+                    for bm, bn, w, tw in DEPTHWISE_SEEDS[layout]
+                ]  # fmt: skip
+            else:
+                tiles[layout] = [
+                    dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True))
+                    for bm, bn, bk, w, s in SEEDS
+                ]
+        if is_nhwc(workload):
+            return [Config({**t, "REPACK": False}) for t in tiles["nhwc"]]
+        return [Config({**t, "REPACK": True}) for t in tiles["nhwc"]] + [
+            Config({**t, "REPACK": False}) for t in tiles["nchw"]
+        ]
 
     def default_config(self, workload: Workload, target: Target) -> Config:
         """The first known-good tile that fits the workload and device."""

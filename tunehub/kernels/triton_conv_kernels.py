@@ -15,10 +15,12 @@ GROUP_M row tiles sweep the columns together (the filters stay in L2). The grid'
 is the group.
 
 ``_depthwise_kernel`` (one input channel per group): a direct convolution, no GEMM. One
-program computes BLOCK_M output pixels x BLOCK_N output channels; for each of the filter's
-taps it loads the input tile at the tap's offsets and one filter value per channel and
-accumulates their product in float32. The tap loop is not unrolled: unrolled, a 7x7 filter
-took 7-11 s to compile a config on an H100 and ran no faster.
+program computes a block of BLOCK_M output pixels of one image, BLOCK_M / TILE_W rows of
+TILE_W, x BLOCK_N output channels (a block of rows shares most of its input window between
+taps, which stays in L1); for each of the filter's taps it loads the input tile at the tap's
+offset from pointers computed once and one filter value per channel, and accumulates their
+product in float32. The filter's rows are a loop, its columns unrolled: all 49 taps of a
+7x7 unrolled took 7-11 s to compile a config on an H100 and ran no faster.
 """
 
 from __future__ import annotations
@@ -101,40 +103,46 @@ def _conv2d_kernel(
 @triton.jit
 def _depthwise_kernel(
     x, w, y,
-    M, CHANNELS, H, W, OH, OW, OCG,
+    CHANNELS, H, W, OH, OW, OCG, TILES_H, TILES_W,
     SH, SW, PH, PW, DH, DW,
-    KH, KW, sxn, sxc, sxh, sxw, swo, swh, sww, syn, syo, syh, syw,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    KH, sxn, sxc, sxh, sxw, swo, swh, sww, syn, syo, syh, syw,
+    KW: tl.constexpr, TILE_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid = tl.program_id(0)
+    img = pid // (TILES_H * TILES_W)
+    tile = pid % (TILES_H * TILES_W)
+    i = tl.arange(0, BLOCK_M)
+    oh = tile // TILES_W * (BLOCK_M // TILE_W) + i // TILE_W
+    ow = tile % TILES_W * TILE_W + i % TILE_W
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ohw = OH * OW
-    img = rm // ohw
-    pix = rm % ohw
-    oh = pix // OW
-    ow = pix % OW
-    row_in = rm < M
     col_in = rn < CHANNELS
-    x_base = x + (img.to(tl.int64) * sxn)[:, None] + ((rn // OCG) * sxc)[None, :]
-    w_base = w + rn * swo
+    ih0 = oh * SH - PH
+    iw0 = ow * SW - PW
+    rows = (oh < OH) & (ow < OW)
+    x_tile = (
+        x + img.to(tl.int64) * sxn + (ih0 * sxh + iw0 * sxw)[:, None] + ((rn // OCG) * sxc)[None, :]
+    )
+    w_col = w + rn * swo
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for tap in range(KH * KW):
-        fh = tap // KW
-        fw = tap % KW
-        ih = oh * SH - PH + fh * DH
-        iw = ow * SW - PW + fw * DW
-        ok = row_in & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        a = tl.load(
-            x_base + (ih * sxh + iw * sxw)[:, None], mask=ok[:, None] & col_in[None, :], other=0.0
-        )
-        f = tl.load(w_base + fh * swh + fw * sww, mask=col_in, other=0.0)
-        acc += a.to(tl.float32) * f.to(tl.float32)[None, :]
+    for fh in range(KH):
+        ih = ih0 + fh * DH
+        h_in = rows & (ih >= 0) & (ih < H)
+        for fw in tl.static_range(KW):
+            iw = iw0 + fw * DW
+            ok = h_in & (iw >= 0) & (iw < W)
+            a = tl.load(
+                x_tile + (fh * DH * sxh + fw * DW * sxw),
+                mask=ok[:, None] & col_in[None, :],
+                other=0.0,
+            )
+            f = tl.load(w_col + fh * swh + fw * sww, mask=col_in, other=0.0)
+            acc += a.to(tl.float32) * f.to(tl.float32)[None, :]
     y_ptr = (
         y
         + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
         + (rn.to(tl.int64) * syo)[None, :]
     )
-    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=row_in[:, None] & col_in[None, :])
+    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=rows[:, None] & col_in[None, :])
 
 
 @triton.jit
@@ -213,9 +221,9 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
     depthwise workload (BLOCK_M pixels x BLOCK_N channels a program), else implicit GEMM.
 
     ``REPACK`` (NCHW workloads): each call first copies the input and the filters into
-    channels-last buffers (``channels_last_copier``) and the kernel reads those (channels contiguous in a tap: whole
-    vectors a row), writing the NCHW output through its strides. The copies are part of the
-    call, and of its time."""
+    channels-last buffers (``channels_last_copier``) and the kernel reads those (channels
+    contiguous in a tap: whole vectors a row), writing the NCHW output through its strides.
+    The copies are part of the call, and of its time."""
     workload = ops.workload
     d = conv_dims(workload)
     x, w = ops.x, ops.w
@@ -234,14 +242,19 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
     }
     if is_depthwise(workload):
         sw = w.stride()
-        grid = (triton.cdiv(rows, bm), triton.cdiv(d["out_channels"], bn))
+        tile_w = int(config["TILE_W"])
+        tiles_h, tiles_w = triton.cdiv(d["oh"], bm // tile_w), triton.cdiv(d["ow"], tile_w)
+        grid = (d["batch"] * tiles_h * tiles_w, triton.cdiv(d["out_channels"], bn))
         args: tuple[Any, ...] = (
             x, w, ops.out,
-            rows, d["out_channels"], d["height"], d["width"], d["oh"], d["ow"], d["ocg"], *conv,
-            d["kernel_h"], d["kernel_w"], *x.stride(), sw[0], sw[2], sw[3], *ops.out.stride(),
+            d["out_channels"], d["height"], d["width"], d["oh"], d["ow"], d["ocg"], tiles_h,
+            tiles_w, *conv, d["kernel_h"], *x.stride(), sw[0], sw[2], sw[3], *ops.out.stride(),
         )  # fmt: skip
         kernel = _depthwise_kernel[grid]
-        constants: dict[str, Any] = {"BLOCK_M": bm, "BLOCK_N": bn, **launch_options}
+        constants: dict[str, Any] = {
+            "KW": d["kernel_w"], "TILE_W": tile_w, "BLOCK_M": bm, "BLOCK_N": bn,
+            **launch_options,
+        }  # fmt: skip
     else:
         bk = int(config["BLOCK_K"])
         channel_blocks = triton.cdiv(d["icg"], bk)
