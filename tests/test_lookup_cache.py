@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine, event
 
 import tunehub.db.common
 import tunehub.db.memory_store
@@ -93,6 +94,35 @@ def test_change_feed_names_the_workloads_models_and_keys_that_changed(
     revoked = store.lookup_changes(made.mark)
     assert revoked.api_keys
     assert not store.lookup_changes(revoked.mark).any
+
+
+def test_a_quiet_read_of_the_change_feed_is_one_statement(sql_url: str) -> None:
+    # Every serving process reads the feed four times a second on a thread beside its event
+    # loop: when nothing changed, one statement (on PostgreSQL no BEGIN or COMMIT round trip;
+    # SQLite's BEGIN stays in process).
+    store = SqlScheduleStore(sql_url)
+    try:
+        local = local_cpu_target()
+        store.put_target(local)
+        store.commit_records([record(local, Workload(m=8, n=8, k=8), 4, 1e-3)])
+        mark = store.lookup_changes(store.lookup_changes().mark).mark  # the record seen
+        statements: list[str] = []
+
+        def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            statements.append(statement)
+
+        event.listen(Engine, "before_cursor_execute", seen)
+        try:
+            quiet = store.lookup_changes(mark)
+        finally:
+            event.remove(Engine, "before_cursor_execute", seen)
+        assert not quiet.any and quiet.mark.record_id == mark.record_id
+        selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+        assert len(selects) == 1, statements
+        if store.engine.dialect.name == "postgresql":  # in autocommit: nothing around it
+            assert statements == selects
+    finally:
+        store.close()
 
 
 def test_change_feed_gives_up_listing_past_its_limit(
