@@ -68,19 +68,18 @@ SEEDS = (
     (64, 64, 32, 4, 3), (128, 32, 32, 4, 3), (64, 32, 32, 4, 2), (64, 16, 16, 2, 2),
     (32, 16, 16, 2, 1),
 )  # fmt: skip
-# The direct kernel's seed tiles (BLOCK_M, BLOCK_N, num_warps) per layout, the first that fits
-# the default: 32 x 32 with one warp (what 64 trials found fastest at ConvNeXt's 7x7, 56x56 on
-# an H200, in both layouts), then tiles wide along the contiguous dimension, the channels of
-# NHWC or the pixels of NCHW.
-# Each with its TILE_W (pixels a row of the block): blocks of 2-8 rows reuse their input
-# window across the filter's rows.
+# The direct kernel's seed tiles (BLOCK_M, BLOCK_N, num_warps, TILE_W) per layout, the first
+# that fits the default: 32 pixels in 4 rows of 8 x 32 channels with one warp, the fastest of
+# 28-35 configs in 3 of 4 cases of ConvNeXt-T's 7x7 depthwise (56x56 and 14x14, both layouts,
+# an H200, dw_probe-h200-20261126T1707.json; 64 x 64 with 2 warps at 14x14 NHWC), then tiles
+# wide along the contiguous dimension, the channels of NHWC or the pixels of NCHW.
 DEPTHWISE_SEEDS = {
     "nhwc": (
-        (32, 32, 1, 32), (64, 32, 2, 16), (32, 32, 1, 8), (32, 128, 4, 16), (64, 64, 4, 16),
+        (32, 32, 1, 8), (64, 64, 2, 8), (32, 32, 1, 32), (64, 32, 2, 16), (32, 128, 4, 16),
         (128, 32, 4, 32),
     ),
     "nchw": (
-        (32, 32, 1, 32), (256, 16, 4, 32), (128, 16, 4, 32), (512, 8, 4, 64), (128, 32, 4, 16),
+        (32, 32, 1, 8), (256, 16, 4, 32), (128, 16, 4, 32), (512, 8, 4, 64), (128, 32, 4, 16),
     ),
 }  # fmt: skip
 
