@@ -71,7 +71,7 @@ SEEDS = (
 # The direct kernel's seed tiles (BLOCK_M, BLOCK_N, num_warps, TILE_W) per layout, the first
 # that fits the default: 32 pixels in 4 rows of 8 x 32 channels with one warp, the fastest of
 # 28-35 configs in 3 of 4 cases of ConvNeXt-T's 7x7 depthwise (56x56 and 14x14, both layouts,
-# an H200, dw_probe-h200-20261126T1707.json; 64 x 64 with 2 warps at 14x14 NHWC), then tiles
+# an H200, dw_probe-h200-20261126.json; 64 x 64 with 2 warps at 14x14 NHWC), then tiles
 # wide along the contiguous dimension, the channels of NHWC or the pixels of NCHW.
 DEPTHWISE_SEEDS = {
     "nhwc": (
