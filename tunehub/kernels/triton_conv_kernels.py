@@ -218,7 +218,8 @@ def torch_args(workload: Workload) -> dict[str, Any]:
 
 def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
     """The launch of ``config`` on ``ops`` (arguments computed once): the direct kernel for a
-    depthwise workload (BLOCK_M pixels x BLOCK_N channels a program), else implicit GEMM.
+    depthwise workload (BLOCK_M output pixels in rows of TILE_W x BLOCK_N channels a
+    program), else implicit GEMM.
 
     ``REPACK`` (NCHW workloads): each call first copies the input and the filters into
     channels-last buffers (``channels_last_copier``) and the kernel reads those (channels
