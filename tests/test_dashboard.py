@@ -660,9 +660,16 @@ class DevTools:
         return reply["result"].get("value")
 
     def wait_for(self, session: str, expression: str, timeout: float = 15.0) -> Any:
+        """Poll ``expression`` until it is truthy; an evaluation the page's own navigation
+        cut short (Chromium: "Inspected target navigated or closed") is asked again."""
         deadline = time.monotonic() + timeout
         while True:
-            value = self.evaluate(session, expression)
+            try:
+                value = self.evaluate(session, expression)
+            except AssertionError as exc:
+                if "navigated" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                value = None
             if value:
                 return value
             assert time.monotonic() < deadline, f"still false after {timeout} s: {expression}"

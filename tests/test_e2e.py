@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from tests.live import REPO, LiveServer, tunehub_env
 from tunehub.client import TunehubClient
+from tunehub.client.http import TunehubError
 
 pytestmark = pytest.mark.slow
 
@@ -159,8 +161,11 @@ def test_a_served_job_and_tunehub_tune_never_time_at_once(tmp_path: Path) -> Non
         LiveServer(tmp_path / "serve", **env) as server,
         TunehubClient(server.url, api_key=server.key) as client,
     ):
+        # The served job may measure the whole space (64 configs, ~10 s alone), so it is still
+        # timing when the CLI, a new process, gets to its first trial; cancelled once the CLI
+        # is done (16 trials served took about as long as the CLI's start on the 2-core VM).
         job = client.submit_job(
-            {"m": 8, "n": 8, "k": 8}, template="test.pipeline", max_trials=trials, max_secs=120
+            {"m": 8, "n": 8, "k": 8}, template="test.pipeline", max_trials=64, max_secs=120
         )
         cli = subprocess.run(
             [sys.executable, "-m", "tunehub.cli", "tune", "8", "8", "8", "--template",
@@ -172,8 +177,10 @@ def test_a_served_job_and_tunehub_tune_never_time_at_once(tmp_path: Path) -> Non
             timeout=300,
         )  # fmt: skip
         assert cli.returncode == 0, cli.stderr
+        with contextlib.suppress(TunehubError):  # it may have measured the whole space
+            client.cancel_job(job["id"])
         done = client.wait(job["id"], timeout_secs=120)
-        assert done["state"] == "succeeded", (done, server.logs())
+        assert done["state"] in ("succeeded", "cancelled"), (done, server.logs())
     runs = []
     for line in log.read_text().splitlines():
         kind, pid, start, end, *_ = line.split()

@@ -365,10 +365,12 @@ def test_jobs_of_one_target_take_turns_and_lose_or_repeat_nothing() -> None:
     short_seqs = [r.seq or 0 for r in store.job_records(short_job)]
     assert min(short_seqs) < max(short_seqs) < max(long_seqs)
     # Resumed, the long job keeps its first start (before the short job's) and counts the
-    # resume, timed after the short job started (issue 27).
+    # resume, timed after the short job started (issue 27). (The short job may be handed back
+    # too where its 6 trials outlast a slice: on the 2-core VM under a full suite's load.)
     long, short = store.get_job(long_job), store.get_job(short_job)
     assert long.started_at is not None and short.started_at is not None
-    assert long.resumes >= 1 and long.resumed_at is not None and short.resumes == 0
+    assert long.resumes >= 1 and long.resumed_at is not None
+    assert short.resumes == 0 or short.resumed_at is not None
     assert long.started_at < short.started_at < long.resumed_at
 
 
