@@ -232,7 +232,6 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
     if config.get("REPACK", False) and not is_nhwc(workload):
         (x, copy_x), (w, copy_w) = channels_last_copier(ops.x), channels_last_copier(ops.w)
         copies = [copy_x, copy_w]
-    rows = d["batch"] * d["oh"] * d["ow"]
     bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     conv = (
         d["stride_h"], d["stride_w"], d["pad_h"], d["pad_w"], d["dilation_h"], d["dilation_w"],
@@ -257,6 +256,7 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
             **launch_options,
         }  # fmt: skip
     else:
+        rows = d["batch"] * d["oh"] * d["ow"]
         bk = int(config["BLOCK_K"])
         channel_blocks = triton.cdiv(d["icg"], bk)
         steps = d["kernel_h"] * d["kernel_w"] * channel_blocks
