@@ -510,6 +510,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for op in ops:
             picked = pick_templates(op, target)
             shapes = shapes_for(op, kind, size)
+            if args.cases:
+                wanted = {c for c in args.cases.split(",") if c}
+                shapes = [s for s in shapes if s.name in wanted]
             if op == "conv2d":
                 shapes = in_layouts(shapes, args.layouts.split(","))
             if isinstance(picked, str) or not shapes:
@@ -639,6 +642,9 @@ def main() -> int:
         "--layouts",
         default="nchw",
         help="conv2d data layouts, each shape run in each (e.g. nhwc,nchw; default nchw)",
+    )
+    parser.add_argument(
+        "--cases", default="", help="only the set's shapes of these names (e.g. resnet50-3x3-7)"
     )
     parser.add_argument("--trials", type=int, default=64, help="tuning trials per shape")
     parser.add_argument("--job-secs", type=float, default=300.0, help="tuning secs per shape")
