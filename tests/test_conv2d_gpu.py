@@ -5,7 +5,6 @@ layouts), its space, and its measurement and cuDNN baseline's through the templa
 from __future__ import annotations
 
 import importlib
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -95,47 +94,6 @@ def test_nchw_repacked_to_channels_last_in_the_call_matches_the_reference(
     assert ck.check(ops.out, ck.reference(ops), "float32").ok
 
 
-@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-def test_split_k_partials_meet_in_one_sum_left_zeroed_for_the_next_call(layout: str) -> None:
-    # 9 taps x 2 channel blocks = 18 steps over 4 programs a tile (5, 5, 5, 3), two groups.
-    w = conv(data_layout=layout, dtype="float32", in_channels=40, out_channels=6, groups=2,
-             pad_h=1, pad_w=1, batch=2)  # fmt: skip
-    ops = ck.operands(w, torch.device("cpu"), seed=7)
-    launch = ck.bind(ops, {**TILE, "SPLIT_K": 4})
-    for _ in range(2):  # the second call reads the sum and counters the first left
-        ops.out.fill_(math.nan)
-        launch()
-        check = ck.check(ops.out, ck.reference(ops), "float32")
-        assert check.ok, check.message
-
-
-def test_split_k_is_a_knob_only_where_tiles_leave_sms_idle() -> None:
-    t = get_template("triton.conv2d")
-    late = conv(
-        in_channels=512,
-        out_channels=512,
-        height=7,
-        width=7,
-        batch=32,
-        pad_h=1,
-        pad_w=1,
-        dtype="float16",
-        data_layout="nhwc",
-    )  # ResNet-50's last stage
-    points = t.space(late, H100).points
-    assert {int(c["SPLIT_K"]) for c in points} == {1, 2, 4, 8}
-    for c in points:  # at most two waves of tiles, two K steps a program
-        tiles = math.ceil(32 * 49 / int(c["BLOCK_M"])) * math.ceil(512 / int(c["BLOCK_N"]))
-        assert int(c["SPLIT_K"]) == 1 or tiles * int(c["SPLIT_K"]) <= 2 * 132
-    assert t.default_config(late, H100)["SPLIT_K"] == 1
-    assert {int(c["SPLIT_K"]) for c in t.seed_configs(late, H100)} == {1, 2, 4}
-    early = conv(in_channels=64, out_channels=64, height=56, width=56, batch=32, pad_h=1,
-                 pad_w=1, dtype="float16")  # fmt: skip
-    assert all("SPLIT_K" not in c for c in t.space(early, H100).points)
-    x = feature_set("triton.conv2d").matrix(late, H100, [points[0], points[-1]])
-    assert x.shape[0] == 2
-
-
 def test_the_check_catches_an_unwritten_output() -> None:
     ops = ck.operands(conv(pad_h=1), torch.device("cpu"), seed=1)
     check = ck.check(ops.out, ck.reference(ops), "float32")
@@ -172,8 +130,7 @@ def test_the_space_fits_the_gemm_view_and_the_device() -> None:
 def test_triton_conv2d_and_cudnn_measure_checked_times(name: str, tmp_path: Path) -> None:
     w = conv(pad_h=1, pad_w=1, data_layout="nhwc", dtype="float32")
     t = get_template(name)
-    # Two tiles for 132 SMs: split-K is a knob of this workload's space.
-    config = {**TILE, "SPLIT_K": 2} if name == "triton.conv2d" else {"benchmark": False}
+    config = TILE if name == "triton.conv2d" else {"benchmark": False}
     from tunehub.core import Config
 
     request = MeasureRequest(w, H100, name, t.version, Config(config))

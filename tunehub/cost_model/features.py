@@ -606,15 +606,8 @@ def _blis_conv(workload: Workload, target: Target, configs: Sequence[Config]) ->
 def _triton_conv(
     workload: Workload, target: Target, configs: Sequence[Config]
 ) -> dict[str, Column]:
-    view = _conv_view(workload, cpu=False)
-    out = _triton(view, target, configs)
+    out = _triton(_conv_view(workload, cpu=False), target, configs)
     _rewave(out, out["tiles"] * float(workload.param("groups")))
-    # SPLIT_K's partials are added into one fp32 sum in L2, read and zeroed once (as
-    # triton.gemm's splitk_atomic; configs without the knob count 0 as before).
-    split = np.maximum(_knob(configs, "SPLIT_K", 1), 1.0)
-    out["split_k_bytes_per_flop"] = np.where(
-        split > 1, (split + 2.0) * 4.0 / (2.0 * max(1, view.k)), 0.0
-    )
     out.update(_conv_own(workload))
     # NCHW read from channels-last copies made in the call (REPACK).
     out["repack"] = np.array([bool(c.get("REPACK", False)) for c in configs], dtype=np.float64)

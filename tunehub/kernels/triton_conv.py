@@ -3,9 +3,7 @@
 Two kernels (``triton_conv_kernels``). Implicit GEMM gathers the patch tile from the input
 inside its K loop (nothing unfolded in memory) and reads NCHW and NHWC through strides. Knobs:
 ``BLOCK_M`` (output pixels), ``BLOCK_N`` (output channels of a group), ``BLOCK_K`` (input
-channels a step), ``GROUP_M`` (tile order), ``num_warps`` and ``num_stages``, and ``SPLIT_K``
-(the K loop shared out over programs whose fp32 partials meet in one sum) for workloads whose
-tiles would leave SMs idle. The space keeps
+channels a step), ``GROUP_M`` (tile order), ``num_warps`` and ``num_stages``. The space keeps
 tiles no larger than the GEMM view needs (BLOCK_N up to O/groups, BLOCK_K up to C/groups,
 each at least 16 for ``tl.dot``) and leaves out configs whose pipelined tiles do not fit
 shared memory or whose accumulator is far past what a thread holds. A depthwise workload
@@ -54,11 +52,6 @@ BLOCK_KS = (16, 32, 64, 128)
 GROUP_MS = (1, 8)
 WARPS = (2, 4, 8)
 STAGES = (1, 2, 3, 4, 5)
-SPLIT_KS = (1, 2, 4, 8)
-# Split-K pays only while a launch's tiles leave SMs idle: at most this many waves of them.
-SPLIT_K_MAX_WAVES = 2
-# Seeds split 2 and 4 ways: the first this many seed tiles.
-SPLIT_SEED_TILES = 4
 # The direct (depthwise) kernel's tiles: pixels and channels a program.
 DEPTHWISE_MS = (16, 32, 64, 128, 256, 512)
 DEPTHWISE_NS = (8, 16, 32, 64, 128)
@@ -100,19 +93,6 @@ def _repacks(workload: Workload) -> tuple[bool, ...]:
     return (False,) if is_nhwc(workload) else (False, True)
 
 
-def splits_k(workload: Workload, target: Target) -> bool:
-    """Whether ``SPLIT_K`` is a knob of the (implicit-GEMM) workload's space: where 128 x 128
-    tiles would not fill the device's SMs (a 3x3 at ResNet-50's 7x7 stage: 52 tiles for
-    132). Elsewhere it is no knob, so those workloads' configs are spelled as before it
-    existed and their records stand."""
-    if is_depthwise(workload):
-        return False
-    d = conv_dims(workload)
-    rows = d["batch"] * d["oh"] * d["ow"]
-    tiles = math.ceil(rows / 128) * math.ceil(d["ocg"] / 128) * d["groups"]
-    return tiles < max(1, target.cores)
-
-
 def shared_bytes(config: Config, elem: int) -> int:
     """Shared memory of the pipelined A and B tiles."""
     bk = int(config["BLOCK_K"])
@@ -149,7 +129,6 @@ class TritonConv2dTemplate(Template):
         cap_k = _pow2_at_least(conv_dims(workload)["icg"], 16)
         elem = ELEMENT_BYTES.get(workload.dtype, 2)
         smem = int(device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM)
-        split_knob = (Knob("SPLIT_K", SPLIT_KS),) if splits_k(workload, target) else ()
         knobs = (
             Knob("BLOCK_M", BLOCK_MS),
             Knob("BLOCK_N", BLOCK_NS),
@@ -158,9 +137,8 @@ class TritonConv2dTemplate(Template):
             Knob("num_warps", WARPS),
             Knob("num_stages", STAGES),
             Knob("REPACK", _repacks(workload)),
-            *split_knob,
         )
-        constraints: tuple[KnobConstraint, ...] = (
+        constraints = (
             KnobConstraint(
                 ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
                 lambda c: (
@@ -181,28 +159,6 @@ class TritonConv2dTemplate(Template):
                 lambda c: shared_bytes(c, elem) <= smem,
             ),
         )
-        if split_knob:
-            d = conv_dims(workload)
-            rows, sms = d["batch"] * d["oh"] * d["ow"], max(1, target.cores)
-            taps = d["kernel_h"] * d["kernel_w"]
-
-            def split(c: Config) -> bool:
-                k_split = int(c["SPLIT_K"])
-                tiles = (
-                    math.ceil(rows / int(c["BLOCK_M"]))
-                    * math.ceil(d["ocg"] / int(c["BLOCK_N"]))
-                    * d["groups"]
-                )
-                steps = taps * math.ceil(d["icg"] / int(c["BLOCK_K"]))
-                # Each program keeps at least two steps of the K loop.
-                return k_split == 1 or (
-                    tiles * k_split <= SPLIT_K_MAX_WAVES * sms and steps >= 2 * k_split
-                )
-
-            constraints = (
-                *constraints,
-                KnobConstraint(("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"), split),
-            )
         return SearchSpace(knobs=knobs, constraints=constraints)
 
     def _depthwise_space(self, workload: Workload) -> SearchSpace:
@@ -241,9 +197,9 @@ class TritonConv2dTemplate(Template):
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
 
-    def _seeds(self, workload: Workload, target: Target) -> list[Config]:
+    def _seeds(self, workload: Workload) -> list[Config]:
         """Known-good tiles; for NCHW, the channels-last tiles repacked first, then the
-        layout's own tiles read in place (without split-K where the space has it)."""
+        layout's own tiles read in place."""
         tiles: dict[str, list[dict[str, int]]] = {}
         for layout in ("nhwc", "nchw"):
             if is_depthwise(workload):
@@ -253,16 +209,10 @@ class TritonConv2dTemplate(Template):
                     for bm, bn, w, tw in DEPTHWISE_SEEDS[layout]
                 ]  # fmt: skip
             else:
-                plain = [
+                tiles[layout] = [
                     dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True))
                     for bm, bn, bk, w, s in SEEDS
                 ]
-                if splits_k(workload, target):
-                    # Unsplit first (the default), then the first tiles split 2 and 4 ways.
-                    plain = [{**t, "SPLIT_K": 1} for t in plain] + [
-                        {**t, "SPLIT_K": k} for t in plain[:SPLIT_SEED_TILES] for k in (2, 4)
-                    ]
-                tiles[layout] = plain
         if is_nhwc(workload):
             return [Config({**t, "REPACK": False}) for t in tiles["nhwc"]]
         return [Config({**t, "REPACK": True}) for t in tiles["nhwc"]] + [
@@ -272,14 +222,14 @@ class TritonConv2dTemplate(Template):
     def default_config(self, workload: Workload, target: Target) -> Config:
         """The first known-good tile that fits the workload and device."""
         space = self.space(workload, target)
-        for config in self._seeds(workload, target):
+        for config in self._seeds(workload):
             if space.is_valid(config):
                 return config
         return space.points[0]
 
     def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
         space = self.space(workload, target)
-        seeds = [c for c in self._seeds(workload, target) if space.is_valid(c)]
+        seeds = [c for c in self._seeds(workload) if space.is_valid(c)]
         return seeds or [space.points[0]]
 
     def cores_used(self, config: Config) -> int:

@@ -8,14 +8,11 @@ offsets and padding mask are computed once per step for the tile's rows (scalar 
 not a division per element), then the BLOCK_M x BLOCK_K patch tile (masked loads: the padding
 reads zeros) and the BLOCK_K x BLOCK_N filter tile are loaded and their ``tl.dot``
 accumulated in float32. One flat loop, not nested tap and channel loops, so that Triton
-pipelines it (``num_stages``) across taps. With ``SPLIT_K`` > 1 the loop's steps are shared out
-over SPLIT_K programs of a tile (grid axis 2) that add their fp32 partials into one sum in L2;
-the last to arrive stores the tile (for shapes whose tiles leave SMs idle: the 3x3 convs at 7x7
-of ResNet-50's last stage have 25-100 tiles for 132 SMs). Every operand is addressed through
-its four strides, so one kernel reads NCHW and NHWC (channels_last) alike; Triton specialises a
-stride of 1, so the contiguous dimension's loads are vectorised. GROUP_M orders the tiles so
-that GROUP_M row tiles sweep the columns together (the filters stay in L2). The grid's second
-axis is the group.
+pipelines it (``num_stages``) across taps. Every operand is addressed through its four
+strides, so one kernel reads NCHW and NHWC (channels_last) alike; Triton specialises a stride
+of 1, so the contiguous dimension's loads are vectorised. GROUP_M orders the tiles so that
+GROUP_M row tiles sweep the columns together (the filters stay in L2). The grid's second axis
+is the group.
 
 ``_depthwise_kernel`` (one input channel per group): a direct convolution, no GEMM. One
 program computes a block of BLOCK_M output pixels of one image, BLOCK_M / TILE_W rows of
@@ -47,12 +44,12 @@ TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32":
 
 @triton.jit
 def _conv2d_kernel(
-    x, w, y, total, counts,
+    x, w, y,
     M, H, W, OH, OW, KW, ICG, OCG, STEPS, CHANNEL_BLOCKS,
     SH, SW, PH, PW, DH, DW,
     sxn, sxc, sxh, sxw, swo, swc, swh, sww, syn, syo, syh, syw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, IEEE: tl.constexpr, SPLIT_K: tl.constexpr,
+    GROUP_M: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     g = tl.program_id(1)
@@ -77,15 +74,7 @@ def _conv2d_kernel(
     w_col = w + (g * OCG + rn).to(tl.int64) * swo
     col_in = rn < OCG
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if SPLIT_K == 1:
-        first, last = 0, STEPS
-    else:
-        # The K loop's steps shared out over SPLIT_K programs of the tile (grid axis 2); an
-        # uneven share leaves the last ones fewer steps, or none (a zero partial).
-        share = tl.cdiv(STEPS, SPLIT_K)
-        first = tl.program_id(2) * share
-        last = tl.minimum(first + share, STEPS)
-    for step in range(first, last):
+    for step in range(STEPS):
         tap = step // CHANNEL_BLOCKS
         c0 = (step % CHANNEL_BLOCKS) * BLOCK_K
         fh = tap // KW
@@ -108,31 +97,7 @@ def _conv2d_kernel(
         + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
         + ((g * OCG + rn).to(tl.int64) * syo)[None, :]
     )
-    mask = row_in[:, None] & col_in[None, :]
-    if SPLIT_K == 1:
-        tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=mask)
-    else:
-        # ``total`` is the GEMM's fp32 sum (groups x M x OCG), zero between launches: every
-        # program adds its partial into it (in L2) and counts itself in at the tile's counter;
-        # the last arrival reads the sum, leaves zeros and a zero counter for the next
-        # launch, and stores y. The adds land in arrival order (bits may differ between
-        # calls, within the dtype's tolerance), as triton.gemm's ``splitk_atomic``.
-        sums = total + (g * M + rm).to(tl.int64)[:, None] * OCG + rn[None, :]
-        tl.atomic_add(sums, acc, mask=mask, sem="relaxed")
-        # Every thread's adds are issued before one thread counts the program in (acq_rel
-        # at GPU scope).
-        tl.debug_barrier()
-        tile = g * tl.num_programs(0) + pid
-        arrived = tl.atomic_add(counts + tile, 1)
-        if arrived == SPLIT_K - 1:
-            tl.debug_barrier()
-            acc = tl.load(sums, mask=mask, other=0.0, cache_modifier=".cg")
-            # Every thread has read before any writes zeros (the store may map threads to
-            # elements differently from the load).
-            tl.debug_barrier()
-            tl.store(sums, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), mask=mask)
-            tl.atomic_xchg(counts + tile, 0)
-            tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=mask)
+    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=row_in[:, None] & col_in[None, :])
 
 
 @triton.jit
@@ -293,22 +258,11 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
     else:
         rows = d["batch"] * d["oh"] * d["ow"]
         bk = int(config["BLOCK_K"])
-        split = int(config.get("SPLIT_K", 1))
         channel_blocks = triton.cdiv(d["icg"], bk)
         steps = d["kernel_h"] * d["kernel_w"] * channel_blocks
-        tiles = triton.cdiv(rows, bm) * triton.cdiv(d["ocg"], bn)
-        grid = (tiles, d["groups"], split)
-        # Split-K's fp32 sum and per-tile counters, zeroed once here: the kernel leaves them
-        # zeroed after each launch (a one-element stand-in without split-K).
-        sums = torch.zeros(
-            d["groups"] * rows * d["ocg"] if split > 1 else 1, dtype=torch.float32,
-            device=ops.out.device,
-        )  # fmt: skip
-        counts = torch.zeros(
-            d["groups"] * tiles if split > 1 else 1, dtype=torch.int32, device=ops.out.device
-        )
+        grid = (triton.cdiv(rows, bm) * triton.cdiv(d["ocg"], bn), d["groups"])
         args = (
-            x, w, ops.out, sums, counts,
+            x, w, ops.out,
             rows, d["height"], d["width"], d["oh"], d["ow"], d["kernel_w"], d["icg"], d["ocg"],
             steps, channel_blocks, *conv,
             *x.stride(), *w.stride(), *ops.out.stride(),
@@ -316,7 +270,7 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
         kernel = _conv2d_kernel[grid]
         constants = {
             "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": int(config["GROUP_M"]),
-            "IEEE": workload.dtype == "float32", "SPLIT_K": split, **launch_options,
+            "IEEE": workload.dtype == "float32", **launch_options,
         }  # fmt: skip
 
     def launch() -> None:
