@@ -94,6 +94,34 @@ def test_nchw_repacked_to_channels_last_in_the_call_matches_the_reference(
     assert ck.check(ops.out, ck.reference(ops), "float32").ok
 
 
+def test_a_pointwise_nhwc_conv_is_a_plain_gemm_on_triton_gemms_kernels(tmp_path: Path) -> None:
+    t = get_template("triton.conv2d")
+    pointwise = {"dtype": "float32", "in_channels": 20, "out_channels": 24, "kernel_h": 1,
+                 "kernel_w": 1, "batch": 2}  # fmt: skip
+    w = conv(data_layout="nhwc", **pointwise)
+    gemm = get_template("triton.gemm")
+    view = Workload.from_dict({"op": "matmul", "m": 2 * 7 * 6, "n": 24, "k": 20,
+                               "dtype": "float32", "b_layout": "col_major"})  # fmt: skip
+    assert t.space(w, H100).points == gemm.space(view, H100).points
+    assert t.default_config(w, H100) == gemm.default_config(view, H100)
+    points = t.space(w, H100).points
+    assert feature_set("triton.conv2d").matrix(w, H100, points[:3]).shape[0] == 3
+    for config in (t.default_config(w, H100), {**gemm.space(view, H100).points[0].to_dict()}):
+        ops = ck.operands(w, torch.device("cpu"), seed=11)
+        ck.bind(ops, dict(config))()
+        check = ck.check(ops.out, ck.reference(ops), "float32")
+        assert check.ok, check.message
+    # Padded, strided, grouped or NCHW 1x1s keep the implicit-GEMM kernel and its space.
+    for changes in ({"pad_h": 1}, {"stride_h": 2}, {"groups": 2}, {"data_layout": "nchw"}):
+        other = conv(**{"data_layout": "nhwc", **pointwise, **changes})
+        assert all("variant" not in c for c in t.space(other, H100).points)
+    request = MeasureRequest(w, H100, t.name, t.version, t.default_config(w, H100))
+    result = t.measure(
+        request, build_dir=tmp_path, timing=TimingPolicy(min_secs=0.001, max_repeats=2)
+    )
+    assert result.status is MeasureStatus.OK, result.error
+
+
 def test_the_check_catches_an_unwritten_output() -> None:
     ops = ck.operands(conv(pad_h=1), torch.device("cpu"), seed=1)
     check = ck.check(ops.out, ck.reference(ops), "float32")

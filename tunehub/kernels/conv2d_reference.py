@@ -51,6 +51,31 @@ def is_nhwc(workload: Workload) -> bool:
     return bool(workload.param("data_layout") == "nhwc")
 
 
+def pointwise_gemm(workload: Workload) -> Workload | None:
+    """The plain GEMM a pointwise NHWC conv2d is, else None: a 1x1 filter, stride 1, no
+    padding, one group and channels-last tensors make the input an (N·H·W) x C row-major
+    matrix, the filters' transpose a C x O column-major one and the output an (N·H·W) x O
+    row-major one, all three as stored."""
+    d = conv_dims(workload)
+    plain = (
+        is_nhwc(workload)
+        and d["groups"] == 1
+        and d["kernel_h"] == d["kernel_w"] == 1
+        and d["stride_h"] == d["stride_w"] == 1
+        and d["pad_h"] == d["pad_w"] == 0
+    )
+    if not plain:
+        return None
+    return Workload(
+        m=d["batch"] * d["height"] * d["width"],
+        n=d["out_channels"],
+        k=d["in_channels"],
+        dtype=workload.dtype,
+        b_layout="col_major",
+        allow_tf32=workload.allow_tf32,
+    )
+
+
 def is_depthwise(workload: Workload) -> bool:
     """One input channel per group, more than one group: the templates' direct path."""
     d = conv_dims(workload)

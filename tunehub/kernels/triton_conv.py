@@ -9,11 +9,14 @@ each at least 16 for ``tl.dot``) and leaves out configs whose pipelined tiles do
 shared memory or whose accumulator is far past what a thread holds. A depthwise workload
 (one input channel a group) runs the direct kernel instead, whose knobs are ``BLOCK_M``
 (output pixels), ``BLOCK_N`` (channels, up to all of them) and ``num_warps``; its space holds
-one value of the others. For NCHW workloads ``REPACK`` copies the input and filters into
-channels-last buffers in each call (their time counted) and runs the kernels on those, as
-Inductor's layout optimisation does for a graph. This module imports neither torch nor
-Triton at import time; ``run`` does, in the GPU's run sandbox (or on the CPU under
-TRITON_INTERPRET=1).
+one value of the others. A pointwise NHWC workload (1x1, stride 1, no padding, one group) is a
+plain GEMM of the tensors as stored (``pointwise_gemm``): it runs ``triton.gemm``'s kernels
+(TMA, warp-specialised, split-K) in that template's space, where the implicit-GEMM kernel ran
+ResNet-50's 1x1 at 14x14 at 0.32x cuDNN on an H200. For NCHW workloads ``REPACK`` copies
+the input and filters into channels-last buffers in each call (their time counted) and runs
+the kernels on those, as Inductor's layout optimisation does for a graph. This module
+imports neither torch nor Triton at import time; ``run`` does, in the GPU's run sandbox (or
+on the CPU under TRITON_INTERPRET=1).
 
 >>> from tunehub.core import Target, Workload
 >>> h100 = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132, properties={
@@ -42,9 +45,14 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
-from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc
+from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc, pointwise_gemm
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
-from tunehub.kernels.triton_gemm import _device, _interpreting, device_props
+from tunehub.kernels.triton_gemm import (
+    TritonGemmTemplate,
+    _device,
+    _interpreting,
+    device_props,
+)
 
 BLOCK_MS = (32, 64, 128, 256)
 BLOCK_NS = (16, 32, 64, 128, 256)
@@ -84,6 +92,10 @@ DEPTHWISE_SEEDS = {
 }  # fmt: skip
 
 
+def _gemm_template() -> TritonGemmTemplate:
+    return TritonGemmTemplate()
+
+
 def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, 1 << max(0, math.ceil(math.log2(max(1, n)))))
 
@@ -105,8 +117,9 @@ class TritonConv2dTemplate(Template):
 
     name = "triton.conv2d"
     # 2: one flat (tap, channel block) K loop, and depthwise workloads on the direct kernel
-    # (records of version 1 time other code).
-    version = 2
+    # (records of version 1 time other code). 3: pointwise NHWC workloads on triton.gemm's
+    # kernels and space.
+    version = 3
     device_kind = "cuda"
     baseline_template = "torch.conv2d_gpu"
     slowest_gflops = 20.0
@@ -124,6 +137,9 @@ class TritonConv2dTemplate(Template):
     def space(self, workload: Workload, target: Target) -> SearchSpace:
         if is_depthwise(workload):
             return self._depthwise_space(workload)
+        gemm = pointwise_gemm(workload)
+        if gemm is not None:
+            return _gemm_template().space(gemm, target)
         cap_m = _pow2_at_least(workload.m * int(workload.param("batch")), 32)
         cap_n = _pow2_at_least(workload.n, 16)
         cap_k = _pow2_at_least(conv_dims(workload)["icg"], 16)
@@ -220,7 +236,11 @@ class TritonConv2dTemplate(Template):
         ]
 
     def default_config(self, workload: Workload, target: Target) -> Config:
-        """The first known-good tile that fits the workload and device."""
+        """The first known-good tile that fits the workload and device (triton.gemm's default
+        for a pointwise NHWC workload's GEMM)."""
+        gemm = pointwise_gemm(workload)
+        if gemm is not None:
+            return _gemm_template().default_config(gemm, target)
         space = self.space(workload, target)
         for config in self._seeds(workload):
             if space.is_valid(config):
@@ -228,6 +248,9 @@ class TritonConv2dTemplate(Template):
         return space.points[0]
 
     def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
+        gemm = pointwise_gemm(workload)
+        if gemm is not None:
+            return _gemm_template().seed_configs(gemm, target)
         space = self.space(workload, target)
         seeds = [c for c in self._seeds(workload) if space.is_valid(c)]
         return seeds or [space.points[0]]

@@ -35,8 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
-from tunehub.core import Workload
-from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc
+from tunehub.core import Config, Workload
+from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc, pointwise_gemm
 from tunehub.kernels.triton_gemm_limits import TOLERANCE
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -216,7 +216,7 @@ def torch_args(workload: Workload) -> dict[str, Any]:
     }
 
 
-def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
+def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
     """The launch of ``config`` on ``ops`` (arguments computed once): the direct kernel for a
     depthwise workload (BLOCK_M output pixels in rows of TILE_W x BLOCK_N channels a
     program), else implicit GEMM.
@@ -228,6 +228,8 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
     workload = ops.workload
     d = conv_dims(workload)
     x, w = ops.x, ops.w
+    if "variant" in config:  # a pointwise NHWC workload on triton.gemm's kernels
+        return _gemm_launch(ops, config)
     copies: list[Callable[[], None]] = []
     if config.get("REPACK", False) and not is_nhwc(workload):
         (x, copy_x), (w, copy_w) = channels_last_copier(ops.x), channels_last_copier(ops.w)
@@ -279,6 +281,27 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], None]:
         kernel(*args, **constants)
 
     return launch
+
+
+def _gemm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
+    """``triton.gemm``'s launch of ``config`` on a pointwise NHWC workload's tensors as
+    stored: the input an (N·H·W) x C row-major matrix, the filters (O x C row-major) read as
+    their C x O column-major transpose, the output (N·H·W) x O row-major."""
+    from tunehub.kernels import triton_gemm_kernels as gemm
+    from tunehub.kernels.triton_gemm import kernel_config
+
+    gemm_view = pointwise_gemm(ops.workload)
+    if gemm_view is None:
+        raise ValueError(
+            f"{ops.workload.label} is no plain GEMM: configs with a variant are not for it"
+        )
+    rows, n, k = gemm_view.m, gemm_view.n, gemm_view.k
+    a = ops.x.permute(0, 2, 3, 1).view(rows, k)
+    b = ops.w.view(n, k).t()
+    out = ops.out.permute(0, 2, 3, 1).view(rows, n)
+    return gemm.bind(
+        a, b, None, out, allow_tf32=gemm_view.allow_tf32, config=kernel_config(Config(config))
+    )
 
 
 def reference(ops: ConvOperands) -> torch.Tensor:
