@@ -111,6 +111,8 @@ def test_a_pointwise_nhwc_conv_is_a_plain_gemm_on_triton_gemms_kernels(tmp_path:
         ck.bind(ops, dict(config))()
         check = ck.check(ops.out, ck.reference(ops), "float32")
         assert check.ok, check.message
+    big = conv(data_layout="nhwc", **{**pointwise, "batch": 32, "height": 56, "width": 56})
+    assert t.space(big, H100).points  # 100,352 rows: the space sees 65,536
     # Padded, strided, grouped or NCHW 1x1s keep the implicit-GEMM kernel and its space.
     for changes in ({"pad_h": 1}, {"stride_h": 2}, {"groups": 2}, {"data_layout": "nchw"}):
         other = conv(**{"data_layout": "nhwc", **pointwise, **changes})

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from tunehub.core import Workload
 from tunehub.core.operators import Conv2d
+from tunehub.core.workload import MAX_DIM
 from tunehub.kernels.reference import check_gemm, sample_rows
 
 Array = npt.NDArray[np.floating]
@@ -55,7 +56,9 @@ def pointwise_gemm(workload: Workload) -> Workload | None:
     """The plain GEMM a pointwise NHWC conv2d is, else None: a 1x1 filter, stride 1, no
     padding, one group and channels-last tensors make the input an (N·H·W) x C row-major
     matrix, the filters' transpose a C x O column-major one and the output an (N·H·W) x O
-    row-major one, all three as stored."""
+    row-major one, all three as stored. Its M is capped at a Workload's limit (65,536) for
+    the GEMM space it names: the tiles' caps and split-K's test of idle SMs see no more
+    rows than that (a launch takes its rows from the tensors)."""
     d = conv_dims(workload)
     plain = (
         is_nhwc(workload)
@@ -67,7 +70,7 @@ def pointwise_gemm(workload: Workload) -> Workload | None:
     if not plain:
         return None
     return Workload(
-        m=d["batch"] * d["height"] * d["width"],
+        m=min(MAX_DIM, d["batch"] * d["height"] * d["width"]),
         n=d["out_channels"],
         k=d["in_channels"],
         dtype=workload.dtype,

@@ -295,7 +295,8 @@ def _gemm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]
         raise ValueError(
             f"{ops.workload.label} is no plain GEMM: configs with a variant are not for it"
         )
-    rows, n, k = gemm_view.m, gemm_view.n, gemm_view.k
+    d = conv_dims(ops.workload)
+    rows, n, k = d["batch"] * d["height"] * d["width"], gemm_view.n, gemm_view.k
     a = ops.x.permute(0, 2, 3, 1).view(rows, k)
     b = ops.w.view(n, k).t()
     out = ops.out.permute(0, 2, 3, 1).view(rows, n)
