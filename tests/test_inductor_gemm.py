@@ -371,14 +371,3 @@ def test_a_gemm_of_symbolic_sizes_gets_no_site_and_compiles_as_inductor_does() -
             torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
     # One kernel serves every M: no config measured for one M is planned onto it.
     assert ig.SITES == {}
-
-
-def test_a_plan_that_changes_nothing_inductor_does_is_left_out_of_the_compile() -> None:
-    from tunehub.client.torch_backend import plan_changes_inductor
-
-    library = {"a": [{"template_id": "aten"}], "b": [{"template_id": "inductor"}]}
-    assert not plan_changes_inductor(library, autotune_rest=False)
-    assert plan_changes_inductor(library, autotune_rest=True)  # aten keeps it from autotuning
-    tuned = {**library, "c": [{"template_id": "template", "BLOCK_M": 64}]}
-    assert plan_changes_inductor(tuned, autotune_rest=False)
-    assert not plan_changes_inductor({}, autotune_rest=True)

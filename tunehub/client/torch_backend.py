@@ -96,8 +96,6 @@ def tunehub_backend(
         or _inductor_autotunes()
     )
     inner = compile_fx_inner
-    if not plan_changes_inductor(table, autotune_rest=autotune_rest):
-        table = {}  # compiled exactly as Inductor would: no table, no handler
     if table:
         from tunehub.client.inductor_gemm import with_choices
 
@@ -116,16 +114,6 @@ def tunehub_backend(
         gm, list(example_inputs), inner_compile=inner, config_patches=patches or None
     )
     return compiled
-
-
-def plan_changes_inductor(table: dict[str, list[dict[str, Any]]], *, autotune_rest: bool) -> bool:
-    """Whether the plan makes Inductor compile anything other than it would on its own. A
-    plan of library (``aten``) and Inductor's-own sites does not where Inductor does not
-    autotune: it offers its GEMM lowerings the library alone then. Such a plan is left out of
-    the compile (GPT-2 b8 on an H200, every GEMM planned ``aten``: 1.23x of Inductor's
-    compile time with the table and handler installed, the same generated code)."""
-    kinds = {rows[0]["template_id"] for rows in table.values()}
-    return bool(kinds) and (autotune_rest or not kinds <= {"aten", "inductor"})
 
 
 def _has_convolution(gm: Any) -> bool:
