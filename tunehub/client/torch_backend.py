@@ -87,6 +87,8 @@ def tunehub_backend(
     if kernels is None:
         kernels = bool(patches.get("triton.cudagraphs"))
     table = plan_cuda_gemms(gm, kernels=bool(kernels))
+    if kernels:
+        plan_convs(gm)
     if "kernel" in PLANNED.values():
         # Inductor's FX graph cache could not key a graph holding these kernels (an H200
         # run, torch 2.11): such a graph is compiled afresh in each process.
@@ -162,6 +164,109 @@ def plan_cuda_gemms(gm: Any, *, kernels: bool = False) -> dict[str, list[dict[st
         gm.recompile()
     log.info("tunehub planned %s", Counter(PLANNED.values()))
     return table
+
+
+def conv_site(node: Any) -> tuple[Any, Any] | None:
+    """(the ``conv2d`` Workload, the device) of a 2-D convolution node with static sizes,
+    dense 4-D operands of one dtype and numeric padding; None for anything else."""
+    import torch
+    import torch.nn.functional as F
+
+    from tunehub.client.triton_conv_op import conv_workload, is_nhwc
+    from tunehub.core import InvalidSpec
+
+    if node.op != "call_function" or node.target not in (torch.conv2d, F.conv2d):
+        return None
+    given = _conv_args(node)
+    x, weight = given.get("input"), given.get("weight")
+    if not _supported(x, weight, dims=(4, 4)):
+        return None
+    if _static_shape(x) is None or _static_shape(weight) is None:
+        return None
+    pairs = []
+    for name, default in (("stride", 1), ("padding", 0), ("dilation", 1)):
+        value = given.get(name, default)
+        value = (value, value) if isinstance(value, int) else tuple(value)
+        if len(value) != 2 or not all(isinstance(v, int) for v in value):
+            return None  # "same"/"valid" padding, symbolic sizes
+        pairs.append(value)
+    groups = given.get("groups", 1)
+    xv, wv = _meta(x), _meta(weight)
+    if not isinstance(groups, int) or xv.dtype != wv.dtype:
+        return None
+    try:
+        stride, padding, dilation = pairs
+        workload = conv_workload(
+            xv.shape, wv.shape, stride, padding, dilation, groups, xv.dtype, is_nhwc(xv)
+        )
+    except (InvalidSpec, KeyError):
+        return None
+    return workload, xv.device
+
+
+def _conv_args(node: Any) -> dict[str, Any]:
+    """A conv2d call's arguments by name."""
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+    return dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
+
+
+def plan_convs(gm: Any, *, devices: tuple[str, ...] = ("cuda",)) -> int:
+    """Rewrite, in place, each convolution of ``gm`` on ``devices`` whose measured winner
+    (an ``exact`` or ``family`` answer faster than cuDNN) is one of ``triton.conv2d``'s own
+    kernels, and through which no gradient flows, into ``tunehub::triton_conv2d`` with that
+    config (a bias added after it, which Inductor fuses). The others stay as Inductor compiles
+    them. Returns how many were rewritten. (``devices``: the tests run the op on the CPU under
+    ``TRITON_INTERPRET=1``.)"""
+    import torch
+
+    from tunehub.client.gemm_choice import CHOOSER
+    from tunehub.client.inductor_gemm import MEASURED
+    from tunehub.client.triton import device_target
+    from tunehub.client.triton_conv_op import runs
+    from tunehub.client.triton_op import config_json
+    from tunehub.kernels.conv2d_reference import conv_dims
+
+    rewritten = 0
+    for node in list(gm.graph.nodes):
+        site = conv_site(node)
+        if site is None or site[1].type not in devices:
+            continue
+        if getattr(_meta(node), "requires_grad", True):
+            continue  # a training graph: Inductor differentiates its own convolutions
+        workload, device = site
+        try:
+            choice = CHOOSER.choose(workload, device_target(device), "triton.conv2d")
+        except Exception as exc:  # never into the compile: Inductor decides
+            log.info("tunehub: no answer for %s: %s", workload.label, exc)
+            continue
+        config = choice.config.to_dict()
+        if choice.source not in MEASURED or choice.use_library or not runs(config):
+            continue
+        p = conv_dims(workload)
+        given = _conv_args(node)
+        graph = gm.graph
+        with graph.inserting_before(node):
+            x, weight, bias = given["input"], given["weight"], given.get("bias")
+            new = graph.call_function(
+                torch.ops.tunehub.triton_conv2d.default,
+                (
+                    x, weight, [p["stride_h"], p["stride_w"]], [p["pad_h"], p["pad_w"]],
+                    [p["dilation_h"], p["dilation_w"]], p["groups"], config_json(config),
+                ),
+            )  # fmt: skip
+            if bias is not None:
+                shaped = graph.call_function(torch.reshape, (bias, (1, -1, 1, 1)))
+                new = graph.call_function(torch.add, (new, shaped))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        PLANNED[workload.key] = "kernel"
+        rewritten += 1
+    if rewritten:
+        gm.graph.lint()
+        gm.recompile()
+        log.info("tunehub put %d convolution(s) on its own kernels", rewritten)
+    return rewritten
 
 
 def _to_triton_op(graph: Any, node: Any, epilogue: str, config: dict[str, Any]) -> None:

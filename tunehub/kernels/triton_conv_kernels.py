@@ -157,20 +157,28 @@ def _to_channels_last(src, dst, C, HW, BLOCK_C: tl.constexpr, BLOCK_P: tl.conste
     tl.store(dst + n * C * HW + rp[None, :] * C + rc[:, None], tile, mask=mask)
 
 
-def channels_last_copier(src: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
+@dataclass(frozen=True)
+class ConvLaunch:
+    """One kernel launch: ``kernel[grid](*args, **kwargs)``."""
+
+    kernel: Any
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def channels_last_copy(src: torch.Tensor) -> tuple[torch.Tensor, ConvLaunch]:
     """A channels-last buffer shaped as the contiguous 4-D ``src`` and the launch that copies
-    ``src`` into it (one Triton transpose per call)."""
+    ``src`` into it (one Triton transpose)."""
     dst = torch.empty_like(src, memory_format=torch.channels_last)
     n, c = src.shape[0], src.shape[1]
     hw = src.shape[2] * src.shape[3]
     block_c, block_p = min(64, triton.next_power_of_2(c)), min(64, triton.next_power_of_2(hw))
     grid = (triton.cdiv(hw, block_p), triton.cdiv(c, block_c), n)
-    kernel = _to_channels_last[grid]
-
-    def copy() -> None:
-        kernel(src, dst, c, hw, BLOCK_C=block_c, BLOCK_P=block_p, num_warps=4)
-
-    return dst, copy
+    return dst, ConvLaunch(
+        _to_channels_last, grid, (src, dst, c, hw),
+        {"BLOCK_C": block_c, "BLOCK_P": block_p, "num_warps": 4},
+    )  # fmt: skip
 
 
 @dataclass
@@ -217,23 +225,40 @@ def torch_args(workload: Workload) -> dict[str, Any]:
 
 
 def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
-    """The launch of ``config`` on ``ops`` (arguments computed once): the direct kernel for a
-    depthwise workload (BLOCK_M output pixels in rows of TILE_W x BLOCK_N channels a
-    program), else implicit GEMM.
+    """The launch of ``config`` on ``ops`` (arguments computed once, ``conv_launches``; a
+    pointwise NHWC workload's config with a ``variant`` on triton.gemm's kernels)."""
+    if "variant" in config:
+        return _gemm_launch(ops, config)
+    bound = [
+        (launch.kernel[launch.grid], launch.args, launch.kwargs)
+        for launch in conv_launches(ops.x, ops.w, ops.out, ops.workload, config)
+    ]
+
+    def launch() -> None:
+        for kernel, args, kwargs in bound:
+            kernel(*args, **kwargs)
+
+    return launch
+
+
+def conv_launches(
+    x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, workload: Workload,
+    config: dict[str, Any],
+) -> list[ConvLaunch]:  # fmt: skip
+    """The launches computing ``out`` (as ``workload`` lays it out) from ``x`` and ``w`` with
+    an implicit-GEMM or depthwise ``config``: the direct kernel for a depthwise workload
+    (BLOCK_M output pixels in rows of TILE_W x BLOCK_N channels a program), else implicit
+    GEMM. Every operand is read and written through its strides.
 
     ``REPACK`` (NCHW workloads): each call first copies the input and the filters into
-    channels-last buffers (``channels_last_copier``) and the kernel reads those (channels
-    contiguous in a tap: whole vectors a row), writing the NCHW output through its strides.
-    The copies are part of the call, and of its time."""
-    workload = ops.workload
+    channels-last buffers (allocated here) and the kernel reads those (channels contiguous
+    in a tap: whole vectors a row), writing the NCHW output through its strides. The copies
+    are part of the call, and of its time."""
     d = conv_dims(workload)
-    x, w = ops.x, ops.w
-    if "variant" in config:  # a pointwise NHWC workload on triton.gemm's kernels
-        return _gemm_launch(ops, config)
-    copies: list[Callable[[], None]] = []
+    launches: list[ConvLaunch] = []
     if config.get("REPACK", False) and not is_nhwc(workload):
-        (x, copy_x), (w, copy_w) = channels_last_copier(ops.x), channels_last_copier(ops.w)
-        copies = [copy_x, copy_w]
+        (x, copy_x), (w, copy_w) = channels_last_copy(x), channels_last_copy(w)
+        launches = [copy_x, copy_w]
     bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     conv = (
         d["stride_h"], d["stride_w"], d["pad_h"], d["pad_w"], d["dilation_h"], d["dilation_w"],
@@ -248,39 +273,31 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
         tiles_h, tiles_w = triton.cdiv(d["oh"], bm // tile_w), triton.cdiv(d["ow"], tile_w)
         grid = (d["batch"] * tiles_h * tiles_w, triton.cdiv(d["out_channels"], bn))
         args: tuple[Any, ...] = (
-            x, w, ops.out,
+            x, w, out,
             d["out_channels"], d["height"], d["width"], d["oh"], d["ow"], d["ocg"], tiles_h,
-            tiles_w, *conv, d["kernel_h"], *x.stride(), sw[0], sw[2], sw[3], *ops.out.stride(),
+            tiles_w, *conv, d["kernel_h"], *x.stride(), sw[0], sw[2], sw[3], *out.stride(),
         )  # fmt: skip
-        kernel = _depthwise_kernel[grid]
         constants: dict[str, Any] = {
             "KW": d["kernel_w"], "TILE_W": tile_w, "BLOCK_M": bm, "BLOCK_N": bn,
             **launch_options,
         }  # fmt: skip
-    else:
-        rows = d["batch"] * d["oh"] * d["ow"]
-        bk = int(config["BLOCK_K"])
-        channel_blocks = triton.cdiv(d["icg"], bk)
-        steps = d["kernel_h"] * d["kernel_w"] * channel_blocks
-        grid = (triton.cdiv(rows, bm) * triton.cdiv(d["ocg"], bn), d["groups"])
-        args = (
-            x, w, ops.out,
-            rows, d["height"], d["width"], d["oh"], d["ow"], d["kernel_w"], d["icg"], d["ocg"],
-            steps, channel_blocks, *conv,
-            *x.stride(), *w.stride(), *ops.out.stride(),
-        )  # fmt: skip
-        kernel = _conv2d_kernel[grid]
-        constants = {
-            "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": int(config["GROUP_M"]),
-            "IEEE": workload.dtype == "float32", **launch_options,
-        }  # fmt: skip
-
-    def launch() -> None:
-        for copy in copies:
-            copy()
-        kernel(*args, **constants)
-
-    return launch
+        return [*launches, ConvLaunch(_depthwise_kernel, grid, args, constants)]
+    rows = d["batch"] * d["oh"] * d["ow"]
+    bk = int(config["BLOCK_K"])
+    channel_blocks = triton.cdiv(d["icg"], bk)
+    steps = d["kernel_h"] * d["kernel_w"] * channel_blocks
+    grid = (triton.cdiv(rows, bm) * triton.cdiv(d["ocg"], bn), d["groups"])
+    args = (
+        x, w, out,
+        rows, d["height"], d["width"], d["oh"], d["ow"], d["kernel_w"], d["icg"], d["ocg"],
+        steps, channel_blocks, *conv,
+        *x.stride(), *w.stride(), *out.stride(),
+    )  # fmt: skip
+    constants = {
+        "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": int(config["GROUP_M"]),
+        "IEEE": workload.dtype == "float32", **launch_options,
+    }  # fmt: skip
+    return [*launches, ConvLaunch(_conv2d_kernel, grid, args, constants)]
 
 
 def _gemm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:

@@ -1,0 +1,152 @@
+"""``tunehub::triton_conv2d`` (triton.conv2d's kernels as a ``torch.library.triton_op``) on the
+CPU through Triton's interpreter, against ``F.conv2d``; and the backend's rewrite of a graph's
+convolutions into it exactly where a measured answer names one of those kernels."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+import pytest
+
+# The interpreter is chosen when @triton.jit runs: before the kernels are imported.
+os.environ["TRITON_INTERPRET"] = "1"
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
+triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
+
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+triton.knobs.runtime.interpret = True
+
+from tunehub.kernels import triton_conv_kernels as ck  # noqa: E402
+
+if not isinstance(ck._conv2d_kernel, InterpretedFunction):
+    ck = importlib.reload(ck)  # imported earlier without the interpreter
+
+import torch.nn.functional as F  # noqa: E402
+
+from tunehub.client.gemm_choice import CHOOSER, GemmChoice, choice_key  # noqa: E402
+from tunehub.client.torch_backend import PLANNED, conv_site, plan_convs  # noqa: E402
+from tunehub.client.triton import device_target  # noqa: E402
+from tunehub.client.triton_conv_op import conv_workload, triton_conv2d  # noqa: E402
+from tunehub.client.triton_op import config_json  # noqa: E402
+from tunehub.core import Config  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Conversion of an array with ndim:DeprecationWarning"
+)
+
+TILE = {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 2,
+        "num_stages": 1, "REPACK": False}  # fmt: skip
+CASES = {
+    "nchw 3x3 padded": ((2, 6, 7, 6), (8, 6, 3, 3), dict(padding=1), TILE),
+    "nchw repacked, strided": (
+        (1, 6, 9, 8),
+        (4, 6, 3, 2),
+        dict(stride=2, padding=(1, 0)),
+        {**TILE, "REPACK": True},
+    ),
+    "nhwc dilated, grouped": (
+        (2, 8, 7, 7),
+        (6, 4, 3, 3),
+        dict(dilation=2, padding=2, groups=2),
+        TILE,
+    ),
+    "nchw depthwise": (
+        (2, 4, 6, 6),
+        (4, 1, 3, 3),
+        dict(padding=1, groups=4),
+        {**TILE, "TILE_W": 4},
+    ),
+}
+
+
+def _pairs(value: Any) -> list[int]:
+    return list(value) if isinstance(value, tuple) else [value, value]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_op_matches_torch_in_the_inputs_layout(name: str) -> None:
+    x_shape, w_shape, conv, config = CASES[name]
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(x_shape, generator=g)
+    w = torch.randn(w_shape, generator=g)
+    if name.startswith("nhwc"):
+        x = x.contiguous(memory_format=torch.channels_last)
+    expected = F.conv2d(x, w, **conv)
+    out = triton_conv2d(
+        x, w, _pairs(conv.get("stride", 1)), _pairs(conv.get("padding", 0)),
+        _pairs(conv.get("dilation", 1)), conv.get("groups", 1), config_json(config),
+    )  # fmt: skip
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    channels_last = name.startswith("nhwc")
+    assert out.is_contiguous(
+        memory_format=torch.channels_last if channels_last else torch.contiguous_format
+    )
+
+
+def test_the_op_refuses_triton_gemms_configs() -> None:
+    x, w = torch.randn(1, 4, 3, 3), torch.randn(4, 4, 1, 1)
+    with pytest.raises(ValueError, match="own kernels"):
+        triton_conv2d(x, w, [1, 1], [0, 0], [1, 1], 1, config_json({"variant": "tma"}))
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(6, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+def _answer(workload: Any, choice: GemmChoice) -> None:
+    target = device_target(torch.device("cpu"))
+    CHOOSER._answers[choice_key(workload, target, "triton.conv2d")] = choice
+
+
+def test_the_backend_puts_a_convolution_on_the_op_only_where_a_measured_answer_names_it() -> None:
+    torch.manual_seed(0)
+    model = Net().eval()
+    x = torch.randn(2, 6, 7, 6)
+    first = conv_workload((2, 6, 7, 6), (8, 6, 3, 3), (1, 1), (1, 1), (1, 1), 1,
+                          torch.float32, False)  # fmt: skip
+    second = conv_workload((2, 8, 7, 6), (8, 8, 1, 1), (1, 1), (0, 0), (1, 1), 1,
+                           torch.float32, False)  # fmt: skip
+    rewritten: list[int] = []
+    sites: list[Any] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        sites.extend(s[0].key for n in gm.graph.nodes if (s := conv_site(n)) is not None)
+        rewritten.append(plan_convs(gm, devices=("cpu",)))
+        return gm.forward
+
+    CHOOSER.clear()
+    try:
+        _answer(first, GemmChoice("triton.conv2d", Config(TILE), "exact"))
+        _answer(second, GemmChoice("triton.conv2d", Config(TILE), "exact", use_library=True))
+        with torch.no_grad():
+            expected = model(x)
+            out = torch.compile(model, backend=backend)(x)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        assert sites == [first.key, second.key]
+        assert rewritten == [1] and PLANNED[first.key] == "kernel"
+        assert second.key not in PLANNED
+
+        # A predicted answer is not a measurement; a training graph keeps Inductor's own.
+        torch._dynamo.reset()
+        rewritten.clear()
+        _answer(first, GemmChoice("triton.conv2d", Config(TILE), "predicted"))
+        with torch.no_grad():
+            torch.compile(model, backend=backend)(x)
+        _answer(first, GemmChoice("triton.conv2d", Config(TILE), "exact"))
+        torch._dynamo.reset()
+        torch.compile(model, backend=backend)(x).sum().backward()
+        assert rewritten == [0, 0]
+    finally:
+        CHOOSER.clear()
+        PLANNED.clear()
+        torch._dynamo.reset()
