@@ -226,14 +226,24 @@ def plan_convs(gm: Any, *, devices: tuple[str, ...] = ("cuda",)) -> int:
     from tunehub.client.triton_op import config_json
     from tunehub.kernels.conv2d_reference import conv_dims
 
-    rewritten = 0
+    found = []
     for node in list(gm.graph.nodes):
         site = conv_site(node)
         if site is None or site[1].type not in devices:
             continue
         if getattr(_meta(node), "requires_grad", True):
             continue  # a training graph: Inductor differentiates its own convolutions
-        workload, device = site
+        found.append((node, *site))
+    by_device: dict[Any, list[Any]] = {}
+    for _, workload, device in found:
+        by_device.setdefault(device, []).append(workload)
+    for device, workloads in by_device.items():  # one round trip a device, not one a conv
+        try:
+            CHOOSER.prefetch(workloads, device_target(device), "triton.conv2d")
+        except Exception as exc:  # looked up one by one below
+            log.info("tunehub: batch lookup of convolutions failed: %s", exc)
+    rewritten = 0
+    for node, workload, device in found:
         try:
             choice = CHOOSER.choose(workload, device_target(device), "triton.conv2d")
         except Exception as exc:  # never into the compile: Inductor decides
