@@ -150,3 +150,37 @@ def test_the_backend_puts_a_convolution_on_the_op_only_where_a_measured_answer_n
         CHOOSER.clear()
         PLANNED.clear()
         torch._dynamo.reset()
+
+
+def test_the_attention_op_matches_sdpa_and_replaces_it_where_a_measured_answer_names_it() -> None:
+    from tunehub.client.torch_backend import plan_attention
+    from tunehub.client.triton_attention_op import attention_workload, triton_attention
+
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 20, 64, generator=g) for _ in range(3))
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    for causal in (False, True):
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = triton_attention(q, k, v, causal, config_json(config))
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="TMA"):
+        triton_attention(q, k, v, False, config_json({**config, "TMA": True}))
+
+    # The graph's rewrite is plan_own_kernels, as for convolutions (above); on this CPU a
+    # float32 attention has no Workload (the template takes float16 and bfloat16), so the
+    # call stays SDPA's.
+    rewritten: list[int] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        rewritten.append(plan_attention(gm, devices=("cpu",)))
+        return gm.forward
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2
+
+    out = torch.compile(attend, backend=backend)(q, k, v)
+    torch.testing.assert_close(out, attend(q, k, v))
+    assert rewritten == [0]
+    torch._dynamo.reset()
+    workload = attention_workload((1, 2, 20, 64), 30, True, torch.float16)
+    assert (workload.m, workload.n, workload.k, workload.param("causal")) == (20, 30, 64, True)

@@ -89,6 +89,7 @@ def tunehub_backend(
     table = plan_cuda_gemms(gm, kernels=bool(kernels))
     if kernels:
         plan_convs(gm)
+        plan_attention(gm)
     if "kernel" in PLANNED.values():
         # Inductor's FX graph cache could not key a graph holding these kernels (an H200
         # run, torch 2.11): such a graph is compiled afresh in each process.
@@ -210,60 +211,143 @@ def _conv_args(node: Any) -> dict[str, Any]:
     return dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
 
 
+def attention_site(node: Any) -> tuple[Any, Any] | None:
+    """(the ``attention`` Workload, the device) of a ``scaled_dot_product_attention`` node of
+    static sizes with 4-D Q, K and V of one dtype and head count, no mask, dropout, scale or
+    grouped heads; None for anything else."""
+    import torch.nn.functional as F
+
+    from tunehub.client.triton_attention_op import attention_workload
+    from tunehub.core import InvalidSpec
+
+    if node.op != "call_function" or node.target is not F.scaled_dot_product_attention:
+        return None
+    given = _attention_args(node)
+    q, k, v = given.get("query"), given.get("key"), given.get("value")
+    if not _supported(q, k, v, dims=(4, 4, 4)) or any(_static_shape(t) is None for t in (q, k, v)):
+        return None
+    plain = {"attn_mask": None, "dropout_p": 0.0, "scale": None, "enable_gqa": False}
+    if any(given.get(name, value) != value for name, value in plain.items()):
+        return None
+    causal = given.get("is_causal", False)
+    qv, kv, vv = _meta(q), _meta(k), _meta(v)
+    same = kv.shape == vv.shape and qv.shape[:2] == kv.shape[:2] and qv.shape[3] == kv.shape[3]
+    if not isinstance(causal, bool) or not same or len({qv.dtype, kv.dtype, vv.dtype}) != 1:
+        return None
+    try:
+        workload = attention_workload(qv.shape, kv.shape[2], causal, qv.dtype)
+    except (InvalidSpec, KeyError):
+        return None
+    return workload, qv.device
+
+
+def _attention_args(node: Any) -> dict[str, Any]:
+    """A scaled_dot_product_attention call's arguments by name."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+    return dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
+
+
+def _conv_call(node: Any, workload: Any, config: str) -> tuple[Any, tuple[Any, ...], Any]:
+    """``tunehub::triton_conv2d``'s call replacing a conv2d node, and its bias."""
+    import torch
+
+    from tunehub.kernels.conv2d_reference import conv_dims
+
+    p, given = conv_dims(workload), _conv_args(node)
+    args = (
+        given["input"], given["weight"], [p["stride_h"], p["stride_w"]], [p["pad_h"], p["pad_w"]],
+        [p["dilation_h"], p["dilation_w"]], p["groups"], config,
+    )  # fmt: skip
+    return torch.ops.tunehub.triton_conv2d.default, args, given.get("bias")
+
+
+def _attention_call(node: Any, workload: Any, config: str) -> tuple[Any, tuple[Any, ...], Any]:
+    """``tunehub::triton_attention``'s call replacing an SDPA node (no bias)."""
+    import torch
+
+    given = _attention_args(node)
+    args = (given["query"], given["key"], given["value"], bool(workload.param("causal")), config)
+    return torch.ops.tunehub.triton_attention.default, args, None
+
+
 def plan_convs(gm: Any, *, devices: tuple[str, ...] = ("cuda",)) -> int:
-    """Rewrite, in place, each convolution of ``gm`` on ``devices`` whose measured winner
-    (an ``exact`` or ``family`` answer faster than cuDNN) is one of ``triton.conv2d``'s own
-    kernels, and through which no gradient flows, into ``tunehub::triton_conv2d`` with that
-    config (a bias added after it, which Inductor fuses). The others stay as Inductor compiles
-    them. Returns how many were rewritten. (``devices``: the tests run the op on the CPU under
-    ``TRITON_INTERPRET=1``.)"""
+    """``plan_own_kernels`` for the graph's convolutions: ``tunehub::triton_conv2d``
+    (``triton.conv2d``'s implicit-GEMM and depthwise kernels; a bias added after it, which
+    Inductor fuses). Pointwise NHWC winners are triton.gemm's and stay Inductor's."""
+    from tunehub.client import triton_conv_op
+
+    return plan_own_kernels(
+        gm, "triton.conv2d", conv_site, triton_conv_op.runs, _conv_call, devices=devices
+    )
+
+
+def plan_attention(gm: Any, *, devices: tuple[str, ...] = ("cuda",)) -> int:
+    """``plan_own_kernels`` for the graph's ``scaled_dot_product_attention`` calls:
+    ``tunehub::triton_attention`` (``triton.attention``'s kernel through pointer loads)."""
+    from tunehub.client import triton_attention_op
+
+    return plan_own_kernels(
+        gm,
+        "triton.attention",
+        attention_site,
+        triton_attention_op.runs,
+        _attention_call,
+        devices=devices,
+    )
+
+
+def plan_own_kernels(
+    gm: Any,
+    template: str,
+    site_of_node: Callable[[Any], tuple[Any, Any] | None],
+    op_runs: Callable[[dict[str, Any]], bool],
+    call: Callable[[Any, Any, str], tuple[Any, tuple[Any, ...], Any]],
+    *,
+    devices: tuple[str, ...] = ("cuda",),
+) -> int:
+    """Rewrite, in place, each node of ``gm`` on ``devices`` that ``site_of_node`` names a
+    workload of, through which no gradient flows and whose measured winner (an ``exact`` or
+    ``family`` answer of ``template`` faster than the vendor's) the op runs, into that op
+    with that config (``call``: the op, its arguments and a bias to add). The others stay as
+    Inductor compiles them. One batch lookup a device first. Returns how many were
+    rewritten. (``devices``: the tests run the ops on the CPU under ``TRITON_INTERPRET=1``.)"""
     import torch
 
     from tunehub.client.gemm_choice import CHOOSER
     from tunehub.client.inductor_gemm import MEASURED
     from tunehub.client.triton import device_target
-    from tunehub.client.triton_conv_op import runs
     from tunehub.client.triton_op import config_json
-    from tunehub.kernels.conv2d_reference import conv_dims
 
     found = []
     for node in list(gm.graph.nodes):
-        site = conv_site(node)
+        site = site_of_node(node)
         if site is None or site[1].type not in devices:
             continue
         if getattr(_meta(node), "requires_grad", True):
-            continue  # a training graph: Inductor differentiates its own convolutions
+            continue  # a training graph: Inductor differentiates its own
         found.append((node, *site))
     by_device: dict[Any, list[Any]] = {}
     for _, workload, device in found:
         by_device.setdefault(device, []).append(workload)
-    for device, workloads in by_device.items():  # one round trip a device, not one a conv
+    for device, workloads in by_device.items():  # one round trip a device, not one a node
         try:
-            CHOOSER.prefetch(workloads, device_target(device), "triton.conv2d")
+            CHOOSER.prefetch(workloads, device_target(device), template)
         except Exception as exc:  # looked up one by one below
-            log.info("tunehub: batch lookup of convolutions failed: %s", exc)
+            log.info("tunehub: batch lookup for %s failed: %s", template, exc)
     rewritten = 0
     for node, workload, device in found:
         try:
-            choice = CHOOSER.choose(workload, device_target(device), "triton.conv2d")
+            choice = CHOOSER.choose(workload, device_target(device), template)
         except Exception as exc:  # never into the compile: Inductor decides
             log.info("tunehub: no answer for %s: %s", workload.label, exc)
             continue
         config = choice.config.to_dict()
-        if choice.source not in MEASURED or choice.use_library or not runs(config):
+        if choice.source not in MEASURED or choice.use_library or not op_runs(config):
             continue
-        p = conv_dims(workload)
-        given = _conv_args(node)
         graph = gm.graph
         with graph.inserting_before(node):
-            x, weight, bias = given["input"], given["weight"], given.get("bias")
-            new = graph.call_function(
-                torch.ops.tunehub.triton_conv2d.default,
-                (
-                    x, weight, [p["stride_h"], p["stride_w"]], [p["pad_h"], p["pad_w"]],
-                    [p["dilation_h"], p["dilation_w"]], p["groups"], config_json(config),
-                ),
-            )  # fmt: skip
+            op, args, bias = call(node, workload, config_json(config))
+            new = graph.call_function(op, args)
             if bias is not None:
                 shaped = graph.call_function(torch.reshape, (bias, (1, -1, 1, 1)))
                 new = graph.call_function(torch.add, (new, shaped))
@@ -275,7 +359,7 @@ def plan_convs(gm: Any, *, devices: tuple[str, ...] = ("cuda",)) -> int:
     if rewritten:
         gm.graph.lint()
         gm.recompile()
-        log.info("tunehub put %d convolution(s) on its own kernels", rewritten)
+        log.info("tunehub put %d %s call(s) on its own kernels", rewritten, template)
     return rewritten
 
 

@@ -268,7 +268,7 @@ def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.
     return torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
 
 
-def _launch_args(
+def launch_args(
     q: Any,
     k: Any,
     v: Any,
@@ -278,8 +278,9 @@ def _launch_args(
     causal: bool,
     config: Mapping[str, Any],
 ) -> tuple[tuple[int, int, int], tuple[Any, ...], dict[str, Any]]:
-    # The grid, arguments and keywords of one launch: the one place bind and precompile
-    # get them from, so a precompiled binary is the one the launch looks up.
+    """The grid, arguments and keywords of one launch: the one place bind, precompile and
+    ``tunehub::triton_attention`` get them from, so a precompiled binary is the one the
+    launch looks up."""
     batch, heads, q_len, kv_len, head_dim = shapes
     block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     grid = (triton.cdiv(q_len, block_m), heads, batch)
@@ -331,7 +332,7 @@ def bind(
         problem = tma_problem(q, k, v, out)
         if problem:
             raise ValueError(f"TMA cannot load these operands: {problem}")
-    grid, args, kwargs = _launch_args(
+    grid, args, kwargs = launch_args(
         q, k, v, out, (batch, heads, q_len, kv_len, head_dim),
         (q.stride(), k.stride(), v.stride(), out.stride()), causal, config,
     )  # fmt: skip
@@ -389,7 +390,7 @@ def precompile(
     q_strides = (heads * q_len * head_dim, q_len * head_dim, head_dim, 1)
     kv_strides = (heads * kv_len * head_dim, kv_len * head_dim, head_dim, 1)
     q, k, v, out = (_FakeTensor(torch_dtype) for _ in range(4))
-    _, args, kwargs = _launch_args(
+    _, args, kwargs = launch_args(
         q, k, v, out, (batch, heads, q_len, kv_len, head_dim),
         (q_strides, kv_strides, kv_strides, q_strides), causal, config,
     )  # fmt: skip
