@@ -178,7 +178,7 @@ def conv_site(node: Any) -> tuple[Any, Any] | None:
 
     if node.op != "call_function" or node.target not in (torch.conv2d, F.conv2d):
         return None
-    given = _conv_args(node)
+    given = _named_args(node, CONV_ARGS)
     x, weight = given.get("input"), given.get("weight")
     if not _supported(x, weight, dims=(4, 4)):
         return None
@@ -200,14 +200,17 @@ def conv_site(node: Any) -> tuple[Any, Any] | None:
         workload = conv_workload(
             xv.shape, wv.shape, stride, padding, dilation, groups, xv.dtype, is_nhwc(xv)
         )
-    except (InvalidSpec, KeyError):
+    except (InvalidSpec, ValueError):
         return None
     return workload, xv.device
 
 
-def _conv_args(node: Any) -> dict[str, Any]:
-    """A conv2d call's arguments by name."""
-    names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+
+
+def _named_args(node: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """A call node's arguments by name (its positional ones named in order by ``names``)."""
     return dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
 
 
@@ -222,7 +225,7 @@ def attention_site(node: Any) -> tuple[Any, Any] | None:
 
     if node.op != "call_function" or node.target is not F.scaled_dot_product_attention:
         return None
-    given = _attention_args(node)
+    given = _named_args(node, SDPA_ARGS)
     q, k, v = given.get("query"), given.get("key"), given.get("value")
     if not _supported(q, k, v, dims=(4, 4, 4)) or any(_static_shape(t) is None for t in (q, k, v)):
         return None
@@ -236,15 +239,9 @@ def attention_site(node: Any) -> tuple[Any, Any] | None:
         return None
     try:
         workload = attention_workload(qv.shape, kv.shape[2], causal, qv.dtype)
-    except (InvalidSpec, KeyError):
+    except (InvalidSpec, ValueError):
         return None
     return workload, qv.device
-
-
-def _attention_args(node: Any) -> dict[str, Any]:
-    """A scaled_dot_product_attention call's arguments by name."""
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
-    return dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
 
 
 def _conv_call(node: Any, workload: Any, config: str) -> tuple[Any, tuple[Any, ...], Any]:
@@ -253,7 +250,7 @@ def _conv_call(node: Any, workload: Any, config: str) -> tuple[Any, tuple[Any, .
 
     from tunehub.kernels.conv2d_reference import conv_dims
 
-    p, given = conv_dims(workload), _conv_args(node)
+    p, given = conv_dims(workload), _named_args(node, CONV_ARGS)
     args = (
         given["input"], given["weight"], [p["stride_h"], p["stride_w"]], [p["pad_h"], p["pad_w"]],
         [p["dilation_h"], p["dilation_w"]], p["groups"], config,
@@ -265,7 +262,7 @@ def _attention_call(node: Any, workload: Any, config: str) -> tuple[Any, tuple[A
     """``tunehub::triton_attention``'s call replacing an SDPA node (no bias)."""
     import torch
 
-    given = _attention_args(node)
+    given = _named_args(node, SDPA_ARGS)
     args = (given["query"], given["key"], given["value"], bool(workload.param("causal")), config)
     return torch.ops.tunehub.triton_attention.default, args, None
 

@@ -25,18 +25,18 @@ import torch
 from torch.library import triton_op, wrap_triton
 
 from tunehub.core import Workload
+from tunehub.kernels.triton_gemm_limits import dtype_name
 
 OP = "tunehub::triton_attention"
-DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
 
 def attention_workload(q_shape: Any, kv_len: int, causal: bool, dtype: torch.dtype) -> Workload:
     """The ``attention`` Workload of a call (raises ``InvalidSpec`` for one no Workload
-    describes, ``KeyError`` for a dtype no template takes)."""
+    describes, ``ValueError`` for a dtype no template takes)."""
     batch, heads, q_len, head_dim = (int(v) for v in q_shape)
     return Workload.from_dict(
         {
-            "op": "attention", "dtype": DTYPES[dtype], "batch": batch, "heads": heads,
+            "op": "attention", "dtype": dtype_name(dtype), "batch": batch, "heads": heads,
             "m": q_len, "n": int(kv_len), "k": head_dim, "causal": bool(causal),
         }
     )  # fmt: skip

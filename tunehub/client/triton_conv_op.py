@@ -26,9 +26,9 @@ import torch
 from torch.library import triton_op, wrap_triton
 
 from tunehub.core import Workload
+from tunehub.kernels.triton_gemm_limits import dtype_name
 
 OP = "tunehub::triton_conv2d"
-DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
 
 def is_nhwc(x: Any) -> bool:
@@ -48,12 +48,12 @@ def conv_workload(
     nhwc: bool,
 ) -> Workload:
     """The ``conv2d`` Workload of a call (raises ``InvalidSpec`` for one no Workload
-    describes, ``KeyError`` for a dtype no template takes)."""
+    describes, ``ValueError`` for a dtype no template takes)."""
     n, c, h, w = (int(v) for v in x_shape)
     o, _, kh, kw = (int(v) for v in w_shape)
     return Workload.from_dict(
         {
-            "op": "conv2d", "dtype": DTYPES[dtype], "batch": n, "in_channels": c,
+            "op": "conv2d", "dtype": dtype_name(dtype), "batch": n, "in_channels": c,
             "out_channels": o, "height": h, "width": w, "kernel_h": kh, "kernel_w": kw,
             "stride_h": int(stride[0]), "stride_w": int(stride[1]),
             "pad_h": int(padding[0]), "pad_w": int(padding[1]),

@@ -37,6 +37,7 @@ import triton.language as tl
 
 from tunehub.core import Config, Workload
 from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc, pointwise_gemm
+from tunehub.kernels.triton_gemm_kernels import Launch
 from tunehub.kernels.triton_gemm_limits import TOLERANCE
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -157,17 +158,7 @@ def _to_channels_last(src, dst, C, HW, BLOCK_C: tl.constexpr, BLOCK_P: tl.conste
     tl.store(dst + n * C * HW + rp[None, :] * C + rc[:, None], tile, mask=mask)
 
 
-@dataclass(frozen=True)
-class ConvLaunch:
-    """One kernel launch: ``kernel[grid](*args, **kwargs)``."""
-
-    kernel: Any
-    grid: tuple[int, ...]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-
-def channels_last_copy(src: torch.Tensor) -> tuple[torch.Tensor, ConvLaunch]:
+def channels_last_copy(src: torch.Tensor) -> tuple[torch.Tensor, Launch]:
     """A channels-last buffer shaped as the contiguous 4-D ``src`` and the launch that copies
     ``src`` into it (one Triton transpose)."""
     dst = torch.empty_like(src, memory_format=torch.channels_last)
@@ -175,7 +166,7 @@ def channels_last_copy(src: torch.Tensor) -> tuple[torch.Tensor, ConvLaunch]:
     hw = src.shape[2] * src.shape[3]
     block_c, block_p = min(64, triton.next_power_of_2(c)), min(64, triton.next_power_of_2(hw))
     grid = (triton.cdiv(hw, block_p), triton.cdiv(c, block_c), n)
-    return dst, ConvLaunch(
+    return dst, Launch(
         _to_channels_last, grid, (src, dst, c, hw),
         {"BLOCK_C": block_c, "BLOCK_P": block_p, "num_warps": 4},
     )  # fmt: skip
@@ -244,7 +235,7 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
 def conv_launches(
     x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, workload: Workload,
     config: dict[str, Any],
-) -> list[ConvLaunch]:  # fmt: skip
+) -> list[Launch]:  # fmt: skip
     """The launches computing ``out`` (as ``workload`` lays it out) from ``x`` and ``w`` with
     an implicit-GEMM or depthwise ``config``: the direct kernel for a depthwise workload
     (BLOCK_M output pixels in rows of TILE_W x BLOCK_N channels a program), else implicit
@@ -255,7 +246,7 @@ def conv_launches(
     in a tap: whole vectors a row), writing the NCHW output through its strides. The copies
     are part of the call, and of its time."""
     d = conv_dims(workload)
-    launches: list[ConvLaunch] = []
+    launches: list[Launch] = []
     if config.get("REPACK", False) and not is_nhwc(workload):
         (x, copy_x), (w, copy_w) = channels_last_copy(x), channels_last_copy(w)
         launches = [copy_x, copy_w]
@@ -281,7 +272,7 @@ def conv_launches(
             "KW": d["kernel_w"], "TILE_W": tile_w, "BLOCK_M": bm, "BLOCK_N": bn,
             **launch_options,
         }  # fmt: skip
-        return [*launches, ConvLaunch(_depthwise_kernel, grid, args, constants)]
+        return [*launches, Launch(_depthwise_kernel, grid, args, constants)]
     rows = d["batch"] * d["oh"] * d["ow"]
     bk = int(config["BLOCK_K"])
     channel_blocks = triton.cdiv(d["icg"], bk)
@@ -297,7 +288,7 @@ def conv_launches(
         "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": int(config["GROUP_M"]),
         "IEEE": workload.dtype == "float32", **launch_options,
     }  # fmt: skip
-    return [*launches, ConvLaunch(_conv2d_kernel, grid, args, constants)]
+    return [*launches, Launch(_conv2d_kernel, grid, args, constants)]
 
 
 def _gemm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:

@@ -686,7 +686,9 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 @dataclass(frozen=True)
-class _Launch:
+class Launch:
+    """One kernel launch: ``kernel[grid](*args, **kwargs)``."""
+
     kernel: Any
     grid: tuple[int, ...]
     args: tuple[Any, ...]
@@ -712,7 +714,7 @@ def _launches(
     config: Mapping[str, Any],
     ptrs: tuple[Any, Any, Any, Any, Any, Any],
     num_sms: int,
-) -> list[_Launch]:
+) -> list[Launch]:
     """The kernel launches of one GEMM: the one place both ``bind`` and ``precompile`` get
     their kernel arguments from, so the two specialise identically."""
     a, b, c, bias, ws, counts = ptrs
@@ -736,7 +738,7 @@ def _launches(
     even_k = k % bk == 0
     if variant == "tiled":
         launches = [
-            _Launch(
+            Launch(
                 _gemm_tiled_kernel,
                 (tiles, split_k),
                 (a, b, c, bias, ws, *scalars),
@@ -752,7 +754,7 @@ def _launches(
         if split_k > 1:
             reduce_tiles = triton.cdiv(m, _REDUCE_BLOCK_M) * triton.cdiv(n, _REDUCE_BLOCK_N)
             launches.append(
-                _Launch(
+                Launch(
                     _splitk_reduce_kernel,
                     (reduce_tiles,),
                     (ws, c, bias, m, n, n),
@@ -769,7 +771,7 @@ def _launches(
         return launches
     if variant in ONE_KERNEL_SPLIT_VARIANTS:
         return [
-            _Launch(
+            Launch(
                 _gemm_splitk_kernel,
                 (tiles, split_k),
                 (a, b, c, bias, ws, counts, *scalars),
@@ -791,7 +793,7 @@ def _launches(
             "FLATTEN": flatten(config),
             **options,
         }
-        return [_Launch(_gemm_persistent_kernel, grid, (a, b, c, bias, *scalars), kwargs)]
+        return [Launch(_gemm_persistent_kernel, grid, (a, b, c, bias, *scalars), kwargs)]
     kwargs = {
         **common,
         "A_COL": problem.a_layout == "col",
@@ -827,7 +829,7 @@ def _launches(
         b_desc = _descriptor(b, b_shape, [ldb, 1], b_box(bn - bn1))
         b1_desc = _descriptor(b, b_shape, [ldb, 1], b_box(bn1)) if bn1 else b_desc
     args = (a_desc, a1_desc, b_desc, b1_desc, c, bias, m, n, k, n, lda, ldb)
-    return [_Launch(_gemm_tma_kernel, grid, args, kwargs)]
+    return [Launch(_gemm_tma_kernel, grid, args, kwargs)]
 
 
 def _descriptor(base: Any, shape: list[int], strides: list[int], block: list[int]) -> Any:
@@ -870,7 +872,7 @@ def _pad_launch(
     a_spec: tuple[str, int, int],
     b_spec: tuple[str, int, int],
     ptrs: tuple[Any, Any, Any, Any],
-) -> _Launch:
+) -> Launch:
     """The ``PAD_K`` launch: A (M x K) and B (K x N), each ``(layout, stride0, stride1)``,
     into dense buffers of the same layouts with K padded to ``kp`` (``ptrs``: a, a_pad, b,
     b_pad). The one place ``bind`` and ``precompile`` get its arguments from."""
@@ -886,7 +888,7 @@ def _pad_launch(
     kwargs: dict[str, Any] = {f"A_{key}": value for key, value in a_ops.items()}
     kwargs.update({f"B_{key}": value for key, value in b_ops.items()})
     kwargs.update(A_BLOCKS=blocks["A"], num_warps=4, num_stages=1)
-    return _Launch(_pad_k_kernel, (blocks["A"] + blocks["B"],), ptrs, kwargs)
+    return Launch(_pad_k_kernel, (blocks["A"] + blocks["B"],), ptrs, kwargs)
 
 
 def _padded_buffer(rows: int, cols: int, layout: str, like: torch.Tensor) -> torch.Tensor:
@@ -916,7 +918,7 @@ class GemmLaunch:
     the checks and argument packing happen once, in ``bind``."""
 
     out: torch.Tensor
-    launches: tuple[_Launch, ...]
+    launches: tuple[Launch, ...]
     workspace: torch.Tensor | None = None
     needs_allocator: bool = False
     counts: torch.Tensor | None = None
@@ -986,9 +988,9 @@ class GemmLauncher:
 
 
 class _Relaunch:
-    """One ``_Launch`` with its operand arguments left open; see ``GemmLauncher``."""
+    """One ``Launch`` with its operand arguments left open; see ``GemmLauncher``."""
 
-    def __init__(self, launch: _Launch, slots: Mapping[int, int]) -> None:
+    def __init__(self, launch: Launch, slots: Mapping[int, int]) -> None:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         self.kernel = launch.kernel
@@ -1124,7 +1126,7 @@ def bind(
     for what, t in (("a", a), ("b", b), ("out", out)):
         if t.numel() > _INT32_MAX:
             raise ValueError(f"{what} has {t.numel()} elements: the kernels index with int32")
-    pad: list[_Launch] = []
+    pad: list[Launch] = []
     own_bytes = 0
     kp = padded_k(k, name)
     if cfg.get("PAD_K") and kp != k:
@@ -1396,7 +1398,7 @@ def precompile(
         raise ValueError(f"variant {cfg['variant']!r} needs num_sms (the device's SM count)")
     torch_dtype = _TORCH_DTYPES[name]
     out_dtype = _TORCH_DTYPES[OUT_DTYPE[name]]
-    launches: list[_Launch] = []
+    launches: list[Launch] = []
     if pad:
         # What ``bind`` launches first: the copy into K-padded buffers of the same layouts.
         launches.append(

@@ -15,8 +15,8 @@ import torch
 import triton
 
 from tunehub.kernels.triton_gemm_kernels import (
+    Launch,
     _checked_config,
-    _Launch,
     _launches,
     _pad_launch,
     _padded_buffer,
@@ -42,7 +42,7 @@ def traced_launches(
     allow_tf32: bool,
     config: Mapping[str, Any],
     num_sms: int,
-) -> list[_Launch]:
+) -> list[Launch]:
     """The launches of ``out = epilogue(a @ b + bias)`` (as ``bind`` checks and packs them),
     with the one-kernel split-Ks' sum and tile counters zeroed and ``PAD_K``'s padded copies
     allocated in the call. ``bind`` keeps those buffers across calls; a traced graph cannot
@@ -53,7 +53,7 @@ def traced_launches(
     n = b.shape[1]
     a_layout, sam, sak = _canonical(m, k, (a.stride(0), a.stride(1)), "a")
     b_layout, sbk, sbn = _canonical(k, n, (b.stride(0), b.stride(1)), "b")
-    pad: list[_Launch] = []
+    pad: list[Launch] = []
     kp = padded_k(k, name)
     if cfg.get("PAD_K") and kp != k:
         a_pad = _padded_buffer(m, kp, a_layout, a)
@@ -80,7 +80,7 @@ def traced_launches(
     )
     launches = _launches(problem, cfg, (a, b, out, bias, workspace, counts), num_sms)
     return pad + [
-        _Launch(x.kernel, x.grid, tuple(_traceable(arg) for arg in x.args), x.kwargs)
+        Launch(x.kernel, x.grid, tuple(_traceable(arg) for arg in x.args), x.kwargs)
         for x in launches
     ]
 
