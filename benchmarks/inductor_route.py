@@ -13,6 +13,11 @@
    Inductor: the kernels launched from the generated code, also under CUDA graphs.
 4. ``bmm``: ``bmm`` sites planned ``aten`` and onto Inductor's bmm template, the template timed
    beside ``triton.bmm``'s kernel of the same config and cuBLAS.
+5. ``own``: ``backend="tunehub"`` with ``tunehub_kernels`` on small fp16 convolution models
+   (NCHW 3x3 repacked and in place, NHWC 3x3, depthwise) and on causal and non-causal
+   attention, each site given a measured answer naming ``triton.conv2d``'s /
+   ``triton.attention``'s template default (or a given config): the generated code
+   launches those kernels (no Python op per call), matches eager, also under CUDA graphs.
 
     python benchmarks/inductor_route.py --out $OUT/inductor_route.json [--steps check,bmm]
 """
@@ -331,6 +336,173 @@ def bmm(report: dict[str, Any]) -> None:
     print(f"bmm: Inductor's template over triton.bmm, time geomean {geomean:.3f}")
 
 
+def own_convs() -> dict[str, tuple[Any, dict[str, Any] | None]]:
+    """Small fp16 convolution models, one kind of site each, and a config override (None:
+    the template's default, which for NCHW repacks to channels-last inside the op)."""
+    import torch
+
+    class Conv(torch.nn.Module):
+        def __init__(self, groups: int = 1, bias: bool = True, nhwc: bool = False) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(64, 64, 3, padding=1, groups=groups, bias=bias)
+            self.nhwc = nhwc
+
+        def forward(self, x: Any) -> Any:
+            x = torch.relu(x)
+            if self.nhwc:
+                x = x.contiguous(memory_format=torch.channels_last)
+            return self.conv(x) * 0.5
+
+    in_place = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
+                "num_stages": 3, "REPACK": False}  # fmt: skip
+    return {
+        "nchw 3x3 repack": (Conv(), None),
+        "nchw 3x3 in place": (Conv(), in_place),
+        "nhwc 3x3": (Conv(nhwc=True), None),
+        "depthwise 3x3": (Conv(groups=64, bias=False), None),
+    }
+
+
+def own(report: dict[str, Any]) -> None:
+    """tunehub::triton_conv2d and tunehub::triton_attention from Inductor's generated code."""
+    import torch
+    import torch.nn.functional as F
+    from torch._inductor.utils import run_and_get_code
+
+    import tunehub.client.torch_ops  # noqa: F401  (registers the ops)
+    from tunehub.client.gemm_choice import CHOOSER, GemmChoice, choice_key
+    from tunehub.client.torch_backend import PLANNED, attention_site, conv_site, tunehub_backend
+    from tunehub.client.triton import device_target
+    from tunehub.core import Config
+    from tunehub.kernels.registry import get_template
+
+    target = device_target(torch.device("cuda"))
+    rows: list[dict[str, Any]] = []
+
+    def answer_all(
+        fn: Any, args: tuple[Any, ...], site_of: Any, template: str, override: Any
+    ) -> list[Any]:
+        """Give every site of ``fn``'s graph an ``exact`` answer of the template's default."""
+        found: list[Any] = []
+
+        def collect(gm: Any, example_inputs: Any) -> Any:
+            found.extend(s[0] for n in gm.graph.nodes if (s := site_of(n)) is not None)
+            return gm.forward
+
+        torch._dynamo.reset()
+        torch.compile(fn, backend=collect)(*args)
+        tpl = get_template(template)
+        for workload in found:
+            config = Config(override) if override else tpl.default_config(workload, target)
+            key = choice_key(workload, target, template)
+            CHOOSER._answers[key] = GemmChoice(template, config, "exact")
+        return found
+
+    def run(
+        name: str,
+        fn: Any,
+        args: tuple[Any, ...],
+        site_of: Any,
+        template: str,
+        override: dict[str, Any] | None = None,
+    ) -> None:
+        try:
+            run_case(name, fn, args, site_of, template, override)
+        except Exception as exc:  # one case's failure is a finding; go on with the next
+            import traceback
+
+            traceback.print_exc()
+            rows.append({"case": name, "error": repr(exc)[:3000]})
+            print(f"own {name}: FAILED {exc!r}"[:800])
+
+    def run_case(
+        name: str,
+        fn: Any,
+        args: tuple[Any, ...],
+        site_of: Any,
+        template: str,
+        override: dict[str, Any] | None,
+    ) -> None:
+        CHOOSER.clear()
+        PLANNED.clear()
+        with torch.no_grad():
+            ref = fn(*[a.float() for a in args]) if name.startswith("sdpa") else None
+            workloads = answer_all(fn, args, site_of, template, override)
+            eager = fn(*args)
+            if ref is None:
+                ref = eager.float()
+            torch._dynamo.reset()
+            default = torch.compile(fn)
+            default(*args)
+            default_us = bench(lambda: default(*args))
+            for mode in ("plain", "reduce-overhead"):
+                torch._dynamo.reset()
+                PLANNED.clear()
+                # reduce-overhead turns tunehub_kernels on itself (torch.compile takes mode or
+                # options, not both).
+                compiled = torch.compile(
+                    fn,
+                    backend=tunehub_backend,
+                    mode=None if mode == "plain" else mode,
+                    options={"tunehub_kernels": True} if mode == "plain" else None,
+                )
+                out, codes = run_and_get_code(compiled, *args)
+                for _ in range(3):
+                    out = compiled(*args)
+                torch.cuda.synchronize()
+                code = "\n".join(codes)
+                row = {
+                    "case": name,
+                    "mode": mode,
+                    "sites": [w.label for w in workloads],
+                    "configs": [
+                        CHOOSER._answers[choice_key(w, target, template)].config.to_dict()
+                        for w in workloads
+                    ],
+                    "planned_kernels": sum(v == "kernel" for v in PLANNED.values()),
+                    "rel_err": ((out.float() - ref).norm() / ref.norm()).item(),
+                    "eager_rel_err": ((eager.float() - ref).norm() / ref.norm()).item(),
+                    "custom_op_calls_in_code": code.count("torch.ops.tunehub"),
+                    "kernels_in_code": sorted(
+                        {p.split("(")[0] for p in code.split("def ")[1:] if "_kernel" in p[:60]}
+                        | {p.split("(")[0] for p in code.split("def ")[1:] if "_fwd" in p[:60]}
+                    ),
+                    "tunehub_us": bench(lambda c=compiled: c(*args)),
+                    "inductor_default_us": default_us,
+                    "eager_us": bench(lambda: fn(*args)),
+                }
+                rows.append(row)
+                print(f"own {name} {mode}: {row}")
+
+    x = torch.randn(8, 64, 28, 28, device="cuda", dtype=torch.float16)
+    for name, (net, override) in own_convs().items():
+        net = net.to("cuda", torch.float16).eval()
+        run(name, net, (x,), conv_site, "triton.conv2d", override)
+    for causal in (False, True):
+        q, k, v = (
+            torch.randn(2, 16, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3)
+        )
+
+        def attend(q: Any, k: Any, v: Any, causal: bool = causal) -> Any:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal) * 2.0
+
+        # The template's Hopper default loads through TMA, which the op does not run.
+        ptr = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+        run(f"sdpa causal={causal}", attend, (q, k, v), attention_site, "triton.attention", ptr)
+    CHOOSER.clear()
+    PLANNED.clear()
+    report["own"] = rows
+    bad = [
+        r
+        for r in rows
+        if "error" in r
+        or r["rel_err"] > 1e-2
+        or r["custom_op_calls_in_code"]
+        or not r["planned_kernels"]
+    ]
+    assert not bad, f"{len(bad)} row(s) off: {bad}"
+
+
 def bench(fn: Any) -> float:
     import triton
 
@@ -410,7 +582,7 @@ def main() -> int:
     print(report)
     for step in args.steps.split(","):
         try:
-            {"check": check, "mapping": mapping, "op": op, "bmm": bmm}[step](report)
+            {"check": check, "mapping": mapping, "op": op, "bmm": bmm, "own": own}[step](report)
         except Exception as exc:  # report what failed, go on with the next step
             import traceback
 

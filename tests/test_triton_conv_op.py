@@ -60,6 +60,12 @@ CASES = {
         dict(padding=1, groups=4),
         {**TILE, "TILE_W": 4},
     ),
+    "nchw depthwise repacked": (
+        (2, 4, 6, 6),
+        (4, 1, 3, 3),
+        dict(padding=1, groups=4),
+        {**TILE, "TILE_W": 4, "REPACK": True},
+    ),
 }
 
 
@@ -85,6 +91,18 @@ def test_the_op_matches_torch_in_the_inputs_layout(name: str) -> None:
     assert out.is_contiguous(
         memory_format=torch.channels_last if channels_last else torch.contiguous_format
     )
+
+
+def test_repacking_copies_only_what_is_not_channels_last_already() -> None:
+    # A depthwise filter (one channel a group) is channels-last as stored: no copy of it
+    # (Inductor's scheduler failed on that pointless copy inside the op, torch 2.11).
+    x, w = torch.randn(2, 4, 6, 6), torch.randn(4, 1, 3, 3)
+    workload = conv_workload(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 4, torch.float32, False)
+    out = torch.empty(2, 4, 6, 6)
+    launches = ck.conv_launches(x, w, out, workload, {**TILE, "TILE_W": 4, "REPACK": True})
+    assert [launch.kernel for launch in launches] == [ck._to_channels_last, ck._depthwise_kernel]
+    copied, launch = ck.channels_last_copy(w)
+    assert copied is w and launch is None
 
 
 def test_the_op_refuses_triton_gemms_configs() -> None:

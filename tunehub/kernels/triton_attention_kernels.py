@@ -110,6 +110,9 @@ def _attention_fwd(
     TMA: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
 ):
+    # Triton's launcher passes a Python float as float32, Inductor's (a user kernel in its
+    # generated code) as float64, which would carry the scores and the accumulator to float64.
+    scale_log2 = tl.cast(scale_log2, tl.float32)
     pid_m = tl.program_id(0)
     if CAUSAL:
         # Query tiles further down walk more key blocks: launch those first, so the short

@@ -158,9 +158,14 @@ def _to_channels_last(src, dst, C, HW, BLOCK_C: tl.constexpr, BLOCK_P: tl.conste
     tl.store(dst + n * C * HW + rp[None, :] * C + rc[:, None], tile, mask=mask)
 
 
-def channels_last_copy(src: torch.Tensor) -> tuple[torch.Tensor, Launch]:
+def channels_last_copy(src: torch.Tensor) -> tuple[torch.Tensor, Launch | None]:
     """A channels-last buffer shaped as the contiguous 4-D ``src`` and the launch that copies
-    ``src`` into it (one Triton transpose)."""
+    ``src`` into it (one Triton transpose); ``src`` itself and no launch where it is already
+    channels-last as stored (one channel, as a depthwise filter, or one pixel). Inductor's
+    scheduler failed on the pointless copy of a depthwise filter inside
+    ``tunehub::triton_conv2d`` (KeyError in ``compute_ancestors``, torch 2.11, H200)."""
+    if src.is_contiguous(memory_format=torch.channels_last):
+        return src, None
     dst = torch.empty_like(src, memory_format=torch.channels_last)
     n, c = src.shape[0], src.shape[1]
     hw = src.shape[2] * src.shape[3]
@@ -249,7 +254,7 @@ def conv_launches(
     launches: list[Launch] = []
     if config.get("REPACK", False) and not is_nhwc(workload):
         (x, copy_x), (w, copy_w) = channels_last_copy(x), channels_last_copy(w)
-        launches = [copy_x, copy_w]
+        launches = [launch for launch in (copy_x, copy_w) if launch is not None]
     bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     conv = (
         d["stride_h"], d["stride_w"], d["pad_h"], d["pad_w"], d["dilation_h"], d["dilation_w"],
