@@ -291,7 +291,16 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         if contender != "eager":
             from torch._inductor.utils import run_and_get_code
 
-            out, codes = run_and_get_code(compiled, x)
+            profile_dir = os.environ.get("COMPILE_MODELS_PROFILE")
+            if profile_dir:  # where a compile's time goes (cProfile slows it: not timed)
+                import cProfile
+
+                profiler = cProfile.Profile()
+                out, codes = profiler.runcall(run_and_get_code, compiled, x)
+                name = f"{spec['model']}-{spec['case']}-{contender}-{os.getpid()}.prof"
+                profiler.dump_stats(str(Path(profile_dir) / name))
+            else:
+                out, codes = run_and_get_code(compiled, x)
             result["kernels"] = _kernel_counts("\n".join(codes))
         else:
             out = compiled(x)
