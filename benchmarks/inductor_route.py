@@ -489,6 +489,20 @@ def own(report: dict[str, Any]) -> None:
         # The template's Hopper default loads through TMA, which the op does not run.
         ptr = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
         run(f"sdpa causal={causal}", attend, (q, k, v), attention_site, "triton.attention", ptr)
+
+    # Q, K and V as a model makes them: one projection, split, heads transposed (strided
+    # views of Inductor's own buffers, not graph inputs).
+    def project(x: Any, w: Any) -> Any:
+        batch, tokens, heads = x.shape[0], x.shape[1], 12
+        q, k, v = (x @ w).split(768, dim=-1)
+        q, k, v = (t.view(batch, tokens, heads, 64).transpose(1, 2) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2).reshape(batch, tokens, 768)
+
+    xs = torch.randn(4, 512, 768, device="cuda", dtype=torch.float16)
+    ws = torch.randn(768, 3 * 768, device="cuda", dtype=torch.float16) / 28
+    ptr = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    run("sdpa projected", project, (xs, ws), attention_site, "triton.attention", ptr)
     CHOOSER.clear()
     PLANNED.clear()
     report["own"] = rows
