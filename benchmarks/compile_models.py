@@ -23,7 +23,8 @@ lookups). Plain launch: median of ``--rounds`` event-timed rounds of back-to-bac
 graphs: the compiled step captured in one CUDA graph (max-autotune compiled without its own
 graphs, so all four are captured the same way). The JSON's ``summary`` holds, per (model,
 case, mode), ``tunehub_over_best_inductor`` (tunehub's speed over the faster of default and
-max-autotune; above 1: tunehub faster) and their geomean.
+max-autotune; above 1: tunehub faster) and their geomean. ``COMPILE_MODELS_PROFILE=DIR``
+writes a cProfile of each worker's compile (its first call) to DIR: where compile time goes.
 """
 
 from __future__ import annotations
