@@ -17,8 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.test_api import add_key
-from tests.test_lookup_tiers import TEMPLATE, local_records
-from tunehub.core import MeasureRecord, ModelInfo, Workload, local_cpu_target, utc_now
+from tests.test_lookup_tiers import TEMPLATE, dataset_records, local_records
+from tunehub.core import MeasureRecord, ModelInfo, Target, Workload, local_cpu_target, utc_now
 from tunehub.cost_model.registry import (
     GATE_MIN_WORKLOADS,
     GlobalTrainer,
@@ -79,26 +79,31 @@ class Gated:
     refused: ModelInfo  # v1: trained on the bad re-measurements
     accepted: ModelInfo  # v2: trained once they were measured again on a quiet machine
     source_with_only_the_refused: str  # what an unseen shape's lookup answered meanwhile
+    target: Target  # the datasets' machine
 
 
 @pytest.fixture(scope="module")
 def gated() -> Gated:
     store = MemoryScheduleStore()
-    local = local_cpu_target()
-    good = local_records()
+    # The records on the machine that measured them, whatever this one is: on another CPU
+    # of the same family the analytical default may be another config (a Zen 5's 48 KiB L1
+    # gives KC 512 where the datasets' Zen 4 gave 384), and the gate would compare a model
+    # with a default whose time no record holds.
+    good = dataset_records()
+    target = good[0].request.target
     store.commit_records(remeasured(good, bad=True))
     refused = train_global_model(
-        store, family_key=local.family_key, template=TEMPLATE.name, template_version=2
+        store, family_key=target.family_key, template=TEMPLATE.name, template_version=2
     )
     assert refused is not None
-    answer = predict_schedule(store, UNSEEN, local, ModelCache(store))
+    answer = predict_schedule(store, UNSEEN, target, ModelCache(store))
     assert answer is not None
     store.commit_records(remeasured(good, bad=False, seed=1))  # uids apart from the first
     accepted = train_global_model(
-        store, family_key=local.family_key, template=TEMPLATE.name, template_version=2
+        store, family_key=target.family_key, template=TEMPLATE.name, template_version=2
     )
     assert accepted is not None
-    return Gated(store, refused, accepted, answer.source)
+    return Gated(store, refused, accepted, answer.source, target)
 
 
 def test_a_model_trained_on_records_like_the_bad_data_is_refused(gated: Gated) -> None:
@@ -106,9 +111,9 @@ def test_a_model_trained_on_records_like_the_bad_data_is_refused(gated: Gated) -
     assert gated.refused.accepted is False
     assert gated.refused.reason.startswith("refused: first pick ")
     assert "< the default's" in gated.refused.reason
-    # What issue 23 saw: a first pick far below the best and below the default's (how far
-    # below the default's depends on the machine that measured the records: 0.39 against
-    # 0.73 on a 2-core AMD EPYC without AVX-512, under half of it on the earlier VMs).
+    # What issue 23 saw: a first pick far below the best and below the default's (0.07
+    # against 0.73 on the datasets' records; with them relabelled for this machine's CPU the
+    # figures moved with its caches, to an accepted 0.79 against 0.73 on a Zen 5 VM).
     assert m["compared_workloads"] >= GATE_MIN_WORKLOADS
     assert m["top1_geomean"] < 0.5 and m["top1_geomean"] < m["default_top1_geomean"]
     # Never used: an unseen shape got the analytical default meanwhile, not the model's pick.
@@ -121,10 +126,10 @@ def test_a_model_trained_on_good_data_passes_and_is_used(gated: Gated) -> None:
     assert gated.accepted.reason.startswith("accepted: first pick ")
     assert m["top1_geomean"] >= m["default_top1_geomean"] and m["spearman"] > 0
     assert m["time_log2_error"] <= 2.0
-    local = local_cpu_target()
+    target = gated.target
     cache = ModelCache(gated.store)
-    assert cache.latest(local.family_key, TEMPLATE.name, 2) == gated.accepted
-    answer = predict_schedule(gated.store, UNSEEN, local, cache)
+    assert cache.latest(target.family_key, TEMPLATE.name, 2) == gated.accepted
+    answer = predict_schedule(gated.store, UNSEEN, target, cache)
     assert answer is not None and answer.source == "predicted"
     assert answer.model_id == gated.accepted.id
 
