@@ -336,7 +336,8 @@ def bmm(report: dict[str, Any]) -> None:
 
 def own_convs() -> dict[str, tuple[Any, dict[str, Any] | None]]:
     """Small fp16 convolution models, one kind of site each, and a config override (None:
-    the template's default, which for NCHW repacks to channels-last inside the op)."""
+    the template's default: on Hopper the TMA kernel, for NCHW on channels-last copies made
+    inside the op)."""
     import torch
 
     class Conv(torch.nn.Module):

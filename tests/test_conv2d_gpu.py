@@ -94,6 +94,55 @@ def test_nchw_repacked_to_channels_last_in_the_call_matches_the_reference(
     assert ck.check(ops.out, ck.reference(ops), "float32").ok
 
 
+@pytest.mark.parametrize(
+    ("layout", "changes", "box"),
+    [
+        # (TILE_B, TILE_H, TILE_W) boxes: images x rows x pixels, one row, rows over the edge
+        ("nhwc", {"pad_h": 1, "pad_w": 1, "batch": 3}, (2, 2, 8)),
+        ("nhwc", {"pad_h": 2, "dilation_h": 2, "batch": 2}, (1, 1, 32)),
+        ("nchw", {"pad_h": 1, "pad_w": 1, "batch": 2}, (1, 8, 4)),
+        ("nhwc", {"kernel_h": 1, "kernel_w": 5, "pad_w": 2, "height": 5, "width": 12}, (1, 4, 8)),
+    ],
+)
+def test_the_tma_kernel_matches_the_float64_reference(
+    layout: str, changes: dict[str, Any], box: tuple[int, int, int]
+) -> None:
+    # 20 channels: a block of 16 reads the next tap's filters for the 12 past the last,
+    # against zeros TMA loads for the input's.
+    w = conv(data_layout=layout, dtype="float32", in_channels=20, out_channels=24, **changes)
+    ops = ck.operands(w, torch.device("cpu"), seed=7)
+    tile_b, tile_h, tile_w = box
+    config = {**TILE, "BLOCK_M": tile_b * tile_h * tile_w, "REPACK": layout == "nchw",
+              "TMA": True, "TILE_H": tile_h, "TILE_W": tile_w}  # fmt: skip
+    ck.bind(ops, config)()
+    check = ck.check(ops.out, ck.reference(ops), "float32")
+    assert check.ok, check.message
+
+
+def test_the_tma_kernel_is_in_the_space_where_it_can_run() -> None:
+    t = get_template("triton.conv2d")
+    w = conv(in_channels=64, out_channels=64, height=28, width=28, batch=8, pad_h=1, pad_w=1,
+             dtype="float16", data_layout="nchw")  # fmt: skip
+    points = t.space(w, H100).points
+    tma = [c for c in points if c["TMA"]]
+    assert tma and all(c["REPACK"] for c in tma)  # NCHW: read from channels-last copies
+    assert all(c["TILE_H"] == c["TILE_W"] == 1 for c in points if not c["TMA"])
+    for c in tma:  # every box a whole number of images of TILE_H x TILE_W, fitting the output
+        assert int(c["BLOCK_M"]) % (int(c["TILE_H"]) * int(c["TILE_W"])) == 0
+        assert int(c["TILE_W"]) <= 32 and int(c["TILE_H"]) <= 32
+    assert t.default_config(w, H100)["TMA"] is True
+    assert feature_set("triton.conv2d").matrix(w, H100, tma[:2] + points[:2]).shape[0] == 4
+    a100 = Target(kind="cuda", name="A100", arch=("sm_80",), cores=108,
+                  properties={"compute_capability": 80})  # fmt: skip
+    for workload, target in (
+        (w, a100),  # no TMA before Hopper
+        (conv(in_channels=64, out_channels=64, stride_h=2, dtype="float16"), H100),
+        (conv(in_channels=64, out_channels=64, groups=2, dtype="float16"), H100),
+        (conv(in_channels=4, out_channels=64, dtype="float16"), H100),  # 8-byte rows
+    ):
+        assert not any(c["TMA"] for c in t.space(workload, target).points)
+
+
 def test_a_pointwise_nhwc_conv_is_a_plain_gemm_on_triton_gemms_kernels(tmp_path: Path) -> None:
     t = get_template("triton.conv2d")
     pointwise = {"dtype": "float32", "in_channels": 20, "out_channels": 24, "kernel_h": 1,
@@ -160,7 +209,8 @@ def test_the_space_fits_the_gemm_view_and_the_device() -> None:
 def test_triton_conv2d_and_cudnn_measure_checked_times(name: str, tmp_path: Path) -> None:
     w = conv(pad_h=1, pad_w=1, data_layout="nhwc", dtype="float32")
     t = get_template(name)
-    config = TILE if name == "triton.conv2d" else {"benchmark": False}
+    pointer = {**TILE, "TMA": False, "TILE_H": 1, "TILE_W": 1}  # the pointer-load kernel
+    config = pointer if name == "triton.conv2d" else {"benchmark": False}
     from tunehub.core import Config
 
     request = MeasureRequest(w, H100, name, t.version, Config(config))

@@ -54,6 +54,18 @@ CASES = {
         dict(dilation=2, padding=2, groups=2),
         TILE,
     ),
+    "nhwc tma, filters copied channels-last": (
+        (2, 16, 7, 7),
+        (8, 16, 3, 3),
+        dict(padding=1),
+        {**TILE, "TMA": True, "TILE_H": 2, "TILE_W": 8, "BLOCK_M": 32},
+    ),
+    "nchw tma repacked": (
+        (1, 8, 6, 9),
+        (8, 8, 3, 3),
+        dict(padding=(0, 1), dilation=(1, 2)),
+        {**TILE, "TMA": True, "TILE_H": 1, "TILE_W": 16, "BLOCK_M": 16, "REPACK": True},
+    ),
     "nchw depthwise": (
         (2, 4, 6, 6),
         (4, 1, 3, 3),

@@ -3,8 +3,8 @@
 ``triton_conv2d(x, w, stride, padding, dilation, groups, config)`` computes
 ``F.conv2d(x, w, None, stride, padding, dilation, groups)`` with a ``triton.conv2d`` config
 (JSON) of its own kernels: the implicit GEMM (NCHW, optionally repacked to channels-last in
-the call, or NHWC) and the direct depthwise kernel. Its output has the input's memory format
-(channels-last for an NHWC input). Its body launches the kernels through
+the call, or NHWC; pointer loads or TMA) and the direct depthwise kernel. Its output has the
+input's memory format (channels-last for an NHWC input). Its body launches the kernels through
 ``torch.library.wrap_triton``, so Inductor traces it and its generated code calls each kernel
 like one of its own. Called outside a compile it runs the kernels (on CPU tensors under
 ``TRITON_INTERPRET=1``). A pointwise NHWC workload's configs (``triton.gemm``'s, with a
@@ -23,10 +23,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
+from tunehub.client.triton_op import launch_traced
 from tunehub.core import Workload
+from tunehub.kernels.triton_gemm_kernels import Launch
 from tunehub.kernels.triton_gemm_limits import dtype_name
+from tunehub.kernels.triton_gemm_traced import traceable
 
 OP = "tunehub::triton_conv2d"
 
@@ -98,5 +101,7 @@ def triton_conv2d(
     if not nhwc:
         x, w = x.contiguous(), w.contiguous()
     for launch in kernels.conv_launches(x, w, out, workload, cfg):
-        wrap_triton(launch.kernel)[launch.grid](*launch.args, **launch.kwargs)
+        # The TMA kernel's host descriptors go into a traced call as base tensor + block shape.
+        args = tuple(traceable(arg) for arg in launch.args)
+        launch_traced(Launch(launch.kernel, launch.grid, args, launch.kwargs))
     return out

@@ -13,7 +13,7 @@ under ``TRITON_INTERPRET=1``).
 ``triton_op`` body gets; torch 2.11 and 2.13) does not capture: it would hand Inductor the
 descriptor objects as constants. Dynamo's tracing of a user's kernel call does capture them,
 as the descriptor's base tensor plus its block shape ("stable" TMA metadata), from which
-Inductor's generated code remakes the descriptor per call. ``_launch`` gives the op's
+Inductor's generated code remakes the descriptor per call. ``launch_traced`` gives the op's
 descriptors the same form: each becomes its base tensor (a view with the descriptor's shape
 and strides, ``triton_gemm_traced``) and a metadata entry in the kernel's higher-order op.
 
@@ -78,11 +78,11 @@ def triton_gemm(
         num_sms=num_sms,
     )
     for launch in launches:
-        _launch(launch)
+        launch_traced(launch)
     return out
 
 
-def _launch(launch: Any) -> None:
+def launch_traced(launch: Any) -> None:
     """One of ``traced_launches``' launches through ``wrap_triton``; host TMA descriptors
     among its arguments go into the traced kernel call as base tensor + block shape."""
     from torch._higher_order_ops.triton_kernel_wrap import TraceableTritonKernelWrapper

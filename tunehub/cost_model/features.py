@@ -534,7 +534,9 @@ CONV_OWN_NAMES = (
 # vectors in nchw), and the rows per unit as a share of OH.
 DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
 BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
-TRITON_CONV_NAMES = (*TRITON_NAMES, *CONV_OWN_NAMES, "repack", "dw_block_rows")
+TRITON_CONV_NAMES = (
+    *TRITON_NAMES, *CONV_OWN_NAMES, "repack", "dw_block_rows", "tma", "tma_useful", "tma_rows",
+)  # fmt: skip
 
 
 def _conv_view(workload: Workload, *, cpu: bool) -> Workload:
@@ -612,11 +614,30 @@ def _triton_conv(
     # NCHW read from channels-last copies made in the call (REPACK).
     out["repack"] = np.array([bool(c.get("REPACK", False)) for c in configs], dtype=np.float64)
     # The depthwise kernel's rows a block (BLOCK_M / TILE_W; 0 for implicit-GEMM configs).
-    out["dw_block_rows"] = np.array(
+    tma = np.array([bool(c.get("TMA", False)) for c in configs], dtype=np.float64)
+    direct = float(int(workload.param("groups")) == int(workload.param("in_channels")))
+    out["dw_block_rows"] = direct * np.array(
         [int(c["BLOCK_M"]) / int(c["TILE_W"]) if "TILE_W" in c else 0.0 for c in configs],
         dtype=np.float64,
     )
+    # The TMA kernel's box: the share of its pixels that are real output, and its pixel rows
+    # (TILE_H x images; one row feeds the tensor cores from shared memory, more are reshaped
+    # in registers first).
+    out["tma"] = tma
+    out["tma_useful"] = tma * np.array([_tma_useful(workload, c) for c in configs])
+    out["tma_rows"] = tma * np.array(
+        [int(c["BLOCK_M"]) / int(c.get("TILE_W", 1)) for c in configs], dtype=np.float64
+    )
     return out
+
+
+def _tma_useful(workload: Workload, config: Config) -> float:
+    from tunehub.kernels.triton_conv import tma_useful
+
+    if not config.get("TMA", False):
+        return 0.0
+    bm, th, tw = int(config["BLOCK_M"]), int(config["TILE_H"]), int(config["TILE_W"])
+    return tma_useful(workload, bm // (th * tw), th, tw)
 
 
 # --- generic -------------------------------------------------------------------------------
@@ -674,7 +695,7 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     ),
     # 2: the depthwise path's knobs (DEPTHWISE_NAMES) and its units' fill.
     "blis.conv2d": FeatureSet("blis.conv2d", 2, BLIS_CONV_NAMES, _blis_conv, consensus=20),
-    "triton.conv2d": FeatureSet("triton.conv2d", 2, TRITON_CONV_NAMES, _triton_conv, consensus=1),
+    "triton.conv2d": FeatureSet("triton.conv2d", 3, TRITON_CONV_NAMES, _triton_conv, consensus=1),
 }
 
 

@@ -14,9 +14,18 @@ plain GEMM of the tensors as stored (``pointwise_gemm``): it runs ``triton.gemm`
 (TMA, warp-specialised, split-K) in that template's space, where the implicit-GEMM kernel ran
 ResNet-50's 1x1 at 14x14 at 0.32x cuDNN on an H200. For NCHW workloads ``REPACK`` copies
 the input and filters into channels-last buffers in each call (their time counted) and runs
-the kernels on those, as Inductor's layout optimisation does for a graph. This module
-imports neither torch nor Triton at import time; ``run`` does, in the GPU's run sandbox (or
-on the CPU under TRITON_INTERPRET=1).
+the kernels on those, as Inductor's layout optimisation does for a graph.
+
+On Hopper and newer GPUs a stride-1, one-group workload (NHWC, or NCHW repacked) may also run
+the TMA kernel (``TMA``): each filter tap's input window is one TMA box of the (N, H, W, C)
+input, zero-filled where it crosses the padding, so no index math or masks run per element.
+Its BLOCK_M pixels are a box of TILE_H rows of TILE_W pixels over BLOCK_M / (TILE_H·TILE_W)
+images; the space offers the ``TMA_BOXES`` boxes per BLOCK_M that waste least on the output's
+size. On an H200 it ran ResNet-50's 3x3s at 56x56, 28x28 and 14x14 6-30% faster than the
+pointer-load kernel's tuned configs, and the one at 7x7 slower (conv_tma-h200-20261127.json).
+
+This module imports neither torch nor Triton at import time; ``run`` does, in the GPU's run
+sandbox (or on the CPU under TRITON_INTERPRET=1).
 
 >>> from tunehub.core import Target, Workload
 >>> h100 = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132, properties={
@@ -26,8 +35,8 @@ on the CPU under TRITON_INTERPRET=1).
 ...     "pad_h": 1, "pad_w": 1, "data_layout": "nhwc"})
 >>> t = TritonConv2dTemplate()
 >>> c = t.default_config(w, h100)
->>> c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
-(128, 64, 32)
+>>> c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["TMA"], c["TILE_H"], c["TILE_W"]
+(128, 64, 64, True, 8, 8)
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from tunehub.kernels.triton_gemm import (
     TritonGemmTemplate,
     _device,
     _interpreting,
+    capability_of,
     device_props,
 )
 
@@ -65,9 +75,25 @@ DEPTHWISE_MS = (16, 32, 64, 128, 256, 512)
 DEPTHWISE_NS = (8, 16, 32, 64, 128)
 DEPTHWISE_WARPS = (1, 2, 4, 8)
 DEPTHWISE_TILE_WS = (4, 8, 16, 32, 64)
+# The TMA kernel's boxes of output pixels: TILE_H rows of TILE_W (1 x 1 for the pointer-load
+# kernel's configs, whose BLOCK_M is a flat range of pixels), and the least share of a box's
+# pixels that must be real output for a box to be in the space.
+TILE_HS = (1, 2, 4, 8, 16, 32)
+TILE_WS = (1, 4, 8, 16, 32, 64, 128)
+MIN_USEFUL = 0.6
+TMA_BOXES = 3
+POINTER_BOX = {"TMA": False, "TILE_H": 1, "TILE_W": 1}
 DEFAULT_SMEM = 166912
 MAX_ACC_PER_THREAD = 256
 KNOB_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+# The TMA kernel's seed tiles (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), each with the
+# box of BLOCK_M pixels that wastes least on the workload's output (``tma_boxes``): the fastest
+# of 16-23 configs a shape on ResNet-50's 3x3s (batch 32, NHWC) at 56x56, 28x28 and 14x14 on
+# an H200 (conv_tma-h200-20261127.json), then triton.gemm's usual points.
+TMA_SEEDS = (
+    (128, 64, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (64, 128, 64, 4, 4),
+    (128, 128, 32, 8, 3), (64, 64, 32, 4, 3),
+)  # fmt: skip
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # Known-good tiles (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), the first that fits
 # being the default: triton.gemm's usual points, then narrower ones for few channels a group.
@@ -105,6 +131,68 @@ def _repacks(workload: Workload) -> tuple[bool, ...]:
     return (False,) if is_nhwc(workload) else (False, True)
 
 
+def tma_eligible(workload: Workload, target: Target) -> bool:
+    """Whether the TMA kernel may run the workload: a Hopper or newer GPU, stride 1, one group
+    and rows of channels that TMA can address (16-byte multiples)."""
+    d = conv_dims(workload)
+    return (
+        capability_of(target) >= 90
+        and d["groups"] == 1
+        and d["stride_h"] == d["stride_w"] == 1
+        and d["icg"] * ELEMENT_BYTES.get(workload.dtype, 2) % 16 == 0
+    )
+
+
+def tma_useful(workload: Workload, tile_b: int, tile_h: int, tile_w: int) -> float:
+    """The share of the pixels of the boxes covering the output (batch x OH x OW) that are
+    real output."""
+    d = conv_dims(workload)
+    dims = ((d["batch"], tile_b), (d["oh"], tile_h), (d["ow"], tile_w))
+    covered = math.prod(math.ceil(n / t) * t for n, t in dims)
+    return math.prod(n for n, _ in dims) / covered
+
+
+def tma_boxes(workload: Workload, block_m: int) -> list[tuple[int, int]]:
+    """The (TILE_H, TILE_W) boxes of ``block_m`` pixels that waste least on the workload's
+    output, best first (the fewest images, then the widest rows, among the equally good), at
+    most ``TMA_BOXES`` of them and none with less than ``MIN_USEFUL`` real output, then one
+    row of ``block_m`` pixels where that is no worse than ``MIN_USEFUL``."""
+    d = conv_dims(workload)
+    ranked = []
+    for th in TILE_HS:
+        for tw in TILE_WS[1:]:
+            if block_m % (th * tw) or not _box_fits(d, block_m, th, tw):
+                continue
+            tb = block_m // (th * tw)
+            useful = tma_useful(workload, tb, th, tw)
+            if useful >= MIN_USEFUL:
+                ranked.append((-useful, tb, -tw, th))
+    boxes = [(th, -tw) for _, _, tw, th in sorted(ranked)[:TMA_BOXES]]
+    # One row of BLOCK_M pixels, the box a wide output wastes least in: its loads feed the
+    # tensor cores from shared memory, where a box of several rows or images is first
+    # reshaped in registers (Triton 3.6).
+    row = (1, block_m)
+    if (
+        row not in boxes
+        and block_m in TILE_WS
+        and _box_fits(d, block_m, *row)
+        and tma_useful(workload, 1, *row) >= MIN_USEFUL
+    ):
+        boxes.append(row)
+    return boxes
+
+
+def _box_fits(d: dict[str, int], block_m: int, th: int, tw: int) -> bool:
+    """A box no taller, wider or deeper in images than the output (rounded up to a power of
+    two) needs."""
+    tb = block_m // (th * tw)
+    return (
+        th <= _pow2_at_least(d["oh"], 1)
+        and tw <= _pow2_at_least(d["ow"], 4)
+        and tb <= _pow2_at_least(d["batch"], 1)
+    )
+
+
 def shared_bytes(config: Config, elem: int) -> int:
     """Shared memory of the pipelined A and B tiles."""
     bk = int(config["BLOCK_K"])
@@ -118,8 +206,8 @@ class TritonConv2dTemplate(Template):
     name = "triton.conv2d"
     # 2: one flat (tap, channel block) K loop, and depthwise workloads on the direct kernel
     # (records of version 1 time other code). 3: pointwise NHWC workloads on triton.gemm's
-    # kernels and space.
-    version = 3
+    # kernels and space. 4: the TMA kernel (configs carry TMA, TILE_H and TILE_W).
+    version = 4
     device_kind = "cuda"
     baseline_template = "torch.conv2d_gpu"
     slowest_gflops = 20.0
@@ -153,8 +241,20 @@ class TritonConv2dTemplate(Template):
             Knob("num_warps", WARPS),
             Knob("num_stages", STAGES),
             Knob("REPACK", _repacks(workload)),
+            *self._tma_knobs(workload, target),
         )
+        boxes = {bm: tma_boxes(workload, bm) for bm in BLOCK_MS}
+        nhwc = is_nhwc(workload)
         constraints = (
+            KnobConstraint(
+                ("TMA", "TILE_H", "TILE_W", "BLOCK_M", "REPACK"),
+                lambda c: (
+                    (int(c["TILE_H"]), int(c["TILE_W"])) in boxes[int(c["BLOCK_M"])]
+                    and (nhwc or bool(c["REPACK"]))
+                    if c["TMA"]
+                    else int(c["TILE_H"]) == int(c["TILE_W"]) == 1
+                ),
+            ),
             KnobConstraint(
                 ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
                 lambda c: (
@@ -176,6 +276,17 @@ class TritonConv2dTemplate(Template):
             ),
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
+
+    @staticmethod
+    def _tma_knobs(workload: Workload, target: Target) -> tuple[Knob, ...]:
+        """TMA (the TMA kernel or the pointer-load one) and its box of output pixels; one
+        value each (pointer loads) where the TMA kernel cannot run the workload."""
+        on = tma_eligible(workload, target)
+        return (
+            Knob("TMA", (False, True) if on else (False,)),
+            Knob("TILE_H", TILE_HS if on else (1,)),
+            Knob("TILE_W", TILE_WS if on else (1,)),
+        )
 
     def _depthwise_space(self, workload: Workload) -> SearchSpace:
         """The direct kernel's: a block of output pixels (BLOCK_M, in rows of TILE_W, within
@@ -213,9 +324,25 @@ class TritonConv2dTemplate(Template):
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
 
-    def _seeds(self, workload: Workload) -> list[Config]:
-        """Known-good tiles; for NCHW, the channels-last tiles repacked first, then the
-        layout's own tiles read in place."""
+    def _seeds(self, workload: Workload, target: Target) -> list[Config]:
+        """Known-good tiles: the TMA kernel's where it runs the workload (repacked for NCHW),
+        then the pointer-load kernel's; for NCHW, the channels-last tiles repacked first, then
+        the layout's own tiles read in place."""
+        if is_depthwise(workload):
+            return self._plain_seeds(workload)
+        tma = []
+        if tma_eligible(workload, target):
+            for bm, bn, bk, w, s in TMA_SEEDS:
+                for th, tw in tma_boxes(workload, bm)[:1]:
+                    tile = dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True))
+                    tma.append(
+                        Config({**tile, "REPACK": not is_nhwc(workload), "TMA": True,
+                                "TILE_H": th, "TILE_W": tw})
+                    )  # fmt: skip
+        plain = [Config({**c.to_dict(), **POINTER_BOX}) for c in self._plain_seeds(workload)]
+        return tma + plain
+
+    def _plain_seeds(self, workload: Workload) -> list[Config]:
         tiles: dict[str, list[dict[str, int]]] = {}
         for layout in ("nhwc", "nchw"):
             if is_depthwise(workload):
@@ -242,7 +369,7 @@ class TritonConv2dTemplate(Template):
         if gemm is not None:
             return _gemm_template().default_config(gemm, target)
         space = self.space(workload, target)
-        for config in self._seeds(workload):
+        for config in self._seeds(workload, target):
             if space.is_valid(config):
                 return config
         return space.points[0]
@@ -252,7 +379,7 @@ class TritonConv2dTemplate(Template):
         if gemm is not None:
             return _gemm_template().seed_configs(gemm, target)
         space = self.space(workload, target)
-        seeds = [c for c in self._seeds(workload) if space.is_valid(c)]
+        seeds = [c for c in self._seeds(workload, target) if space.is_valid(c)]
         return seeds or [space.points[0]]
 
     def cores_used(self, config: Config) -> int:

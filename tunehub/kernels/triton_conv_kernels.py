@@ -102,6 +102,60 @@ def _conv2d_kernel(
 
 
 @triton.jit
+def _conv2d_tma_kernel(
+    x_desc, w_desc, y,
+    BATCH, OH, OW, ICG, OCG, KW, STEPS, CHANNEL_BLOCKS, TILES_B, TILES_H, TILES_W,
+    PH, PW, DH, DW, syn, syo, syh, syw,
+    TILE_B: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    IEEE: tl.constexpr,
+):  # fmt: skip
+    BLOCK_M: tl.constexpr = TILE_B * TILE_H * TILE_W
+    pid = tl.program_id(0)
+    tiles_m = TILES_B * TILES_H * TILES_W
+    tiles_n = tl.cdiv(OCG, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = pid // per_group * GROUP_M
+    rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows
+    pid_n = (pid % per_group) // rows
+    n0 = pid_m // (TILES_H * TILES_W) * TILE_B
+    oh0 = pid_m // TILES_W % TILES_H * TILE_H
+    ow0 = pid_m % TILES_W * TILE_W
+    oc0 = pid_n * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(STEPS):
+        tap = step // CHANNEL_BLOCKS
+        c0 = (step % CHANNEL_BLOCKS) * BLOCK_K
+        fh = tap // KW
+        fw = tap % KW
+        # The tap's window of the input: a box of TILE_B images x TILE_H x TILE_W pixels x
+        # BLOCK_K channels, shifted by the tap; TMA zero-fills what lies outside the input
+        # (the padding, negative coordinates included, and channels past ICG).
+        a = x_desc.load([n0, oh0 + fh * DH - PH, ow0 + fw * DW - PW, c0])
+        a = tl.reshape(a, (BLOCK_M, BLOCK_K))
+        # The filters as an O x (KH·KW·ICG) matrix: a block of channels past ICG reads the
+        # next tap's filters, multiplied by the zeros loaded for them.
+        b = w_desc.load([oc0, tap * ICG + c0])
+        if IEEE:
+            acc += tl.dot(a, b.T, input_precision="ieee")
+        else:
+            acc += tl.dot(a, b.T)
+    i = tl.arange(0, BLOCK_M)
+    img = n0 + i // (TILE_H * TILE_W)
+    oh = oh0 + i // TILE_W % TILE_H
+    ow = ow0 + i % TILE_W
+    rn = oc0 + tl.arange(0, BLOCK_N)
+    y_ptr = (
+        y
+        + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
+        + (rn.to(tl.int64) * syo)[None, :]
+    )
+    ok = (img < BATCH) & (oh < OH) & (ow < OW)
+    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=ok[:, None] & (rn < OCG)[None, :])
+
+
+@triton.jit
 def _depthwise_kernel(
     x, w, y,
     CHANNELS, H, W, OH, OW, OCG, TILES_H, TILES_W,
@@ -278,6 +332,8 @@ def conv_launches(
             **launch_options,
         }  # fmt: skip
         return [*launches, Launch(_depthwise_kernel, grid, args, constants)]
+    if config.get("TMA", False):
+        return [*launches, *_tma_launches(x, w, out, d, config, launch_options)]
     rows = d["batch"] * d["oh"] * d["ow"]
     bk = int(config["BLOCK_K"])
     channel_blocks = triton.cdiv(d["icg"], bk)
@@ -294,6 +350,54 @@ def conv_launches(
         "IEEE": workload.dtype == "float32", **launch_options,
     }  # fmt: skip
     return [*launches, Launch(_conv2d_kernel, grid, args, constants)]
+
+
+def tma_tile(block_m: int, tile_h: int, tile_w: int) -> tuple[int, int, int]:
+    """The (images, rows, columns) box of output pixels that ``_conv2d_tma_kernel``'s
+    BLOCK_M rows cover: TILE_H rows of TILE_W pixels, of BLOCK_M / (TILE_H·TILE_W) images."""
+    if block_m % (tile_h * tile_w):
+        raise ValueError(f"BLOCK_M {block_m} is no multiple of TILE_H x TILE_W {tile_h}x{tile_w}")
+    return block_m // (tile_w * tile_h), tile_h, tile_w
+
+
+def _tma_launches(
+    x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, d: dict[str, int],
+    config: dict[str, Any], launch_options: dict[str, int],
+) -> list[Launch]:  # fmt: skip
+    """``_conv2d_tma_kernel``'s launch (stride 1, one group, channels-last input): the
+    input a 4-D TMA descriptor (N, H, W, C) whose box is the tile's pixels, the filters one of
+    their O x (KH·KW·C) matrix, copied channels-last first where they are not."""
+    from tunehub.kernels.triton_gemm_kernels import _descriptor
+
+    launches = []
+    if not w.is_contiguous(memory_format=torch.channels_last):
+        w, copy_w = channels_last_copy(w)
+        launches = [copy_w] if copy_w is not None else []
+    bn, bk = int(config["BLOCK_N"]), int(config["BLOCK_K"])
+    tile_b, tile_h, tile_w = tma_tile(
+        int(config["BLOCK_M"]), int(config["TILE_H"]), int(config["TILE_W"])
+    )
+    n, c, h, wd = x.shape
+    sx = x.stride()
+    x_desc = _descriptor(x, [n, h, wd, c], [sx[0], sx[2], sx[3], 1], [tile_b, tile_h, tile_w, bk])
+    taps = d["kernel_h"] * d["kernel_w"]
+    w_desc = _descriptor(w, [d["out_channels"], taps * c], [w.stride(0), 1], [bn, bk])
+    tiles = (
+        triton.cdiv(d["batch"], tile_b), triton.cdiv(d["oh"], tile_h), triton.cdiv(d["ow"], tile_w)
+    )  # fmt: skip
+    channel_blocks = triton.cdiv(c, bk)
+    grid = (tiles[0] * tiles[1] * tiles[2] * triton.cdiv(d["out_channels"], bn),)
+    args = (
+        x_desc, w_desc, out,
+        d["batch"], d["oh"], d["ow"], c, d["out_channels"], d["kernel_w"], taps * channel_blocks,
+        channel_blocks, *tiles, d["pad_h"], d["pad_w"], d["dilation_h"], d["dilation_w"],
+        *out.stride(),
+    )  # fmt: skip
+    constants = {
+        "TILE_B": tile_b, "TILE_H": tile_h, "TILE_W": tile_w, "BLOCK_N": bn, "BLOCK_K": bk,
+        "GROUP_M": int(config["GROUP_M"]), "IEEE": x.dtype == torch.float32, **launch_options,
+    }  # fmt: skip
+    return [*launches, Launch(_conv2d_tma_kernel, grid, args, constants)]
 
 
 def _gemm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:

@@ -80,12 +80,12 @@ def traced_launches(
     )
     launches = _launches(problem, cfg, (a, b, out, bias, workspace, counts), num_sms)
     return pad + [
-        Launch(x.kernel, x.grid, tuple(_traceable(arg) for arg in x.args), x.kwargs)
+        Launch(x.kernel, x.grid, tuple(traceable(arg) for arg in x.args), x.kwargs)
         for x in launches
     ]
 
 
-def _traceable(arg: Any) -> Any:
+def traceable(arg: Any) -> Any:
     """A host TMA descriptor as Inductor can trace it: Inductor keeps a descriptor's base
     tensor and block shape and remakes it with ``TensorDescriptor.from_tensor``, which reads
     shape and strides off the base, so the base becomes a view that has exactly the
