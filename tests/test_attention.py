@@ -5,22 +5,17 @@ and lookups through the in-process API. GPU timings are measured on the GPU, not
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-os.environ["TRITON_INTERPRET"] = "1"
-
 torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 from tests.test_api import add_key  # noqa: E402
 from tests.test_triton_kernels import interpreter_bf16_dot  # noqa: E402, F401 (autouse)
@@ -39,10 +34,6 @@ from tunehub.kernels.base import TimingPolicy  # noqa: E402
 from tunehub.kernels.registry import get_template  # noqa: E402
 from tunehub.service.app import create_app  # noqa: E402
 from tunehub.service.settings import Settings  # noqa: E402
-
-triton.knobs.runtime.interpret = True
-if not isinstance(ak._attention_fwd, InterpretedFunction):
-    ak = importlib.reload(ak)  # imported earlier in this process without the interpreter
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"

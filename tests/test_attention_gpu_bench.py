@@ -5,29 +5,19 @@ and summarised end to end into its JSON. The GPU timings themselves are the lead
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-os.environ["TRITON_INTERPRET"] = "1"
-
 torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
-
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 from tunehub.core import Config, Target, Workload  # noqa: E402
 from tunehub.kernels import triton_attention_kernels as ak  # noqa: E402
 from tunehub.kernels.registry import get_template  # noqa: E402
-
-triton.knobs.runtime.interpret = True
-if not isinstance(ak._attention_fwd, InterpretedFunction):
-    importlib.reload(ak)  # imported earlier in this process without the interpreter
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"

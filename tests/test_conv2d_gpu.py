@@ -4,28 +4,17 @@ layouts), its space, and its measurement and cuDNN baseline's through the templa
 
 from __future__ import annotations
 
-import importlib
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-os.environ["TRITON_INTERPRET"] = "1"
-
 import torch
-import triton
-from triton.runtime.interpreter import InterpretedFunction
 
 from tunehub.core import MeasureRequest, MeasureStatus, Target, Workload
 from tunehub.cost_model.features import feature_set
 from tunehub.kernels import triton_conv_kernels as ck
 from tunehub.kernels.base import TimingPolicy
 from tunehub.kernels.registry import get_template
-
-triton.knobs.runtime.interpret = True
-if not isinstance(ck._conv2d_kernel, InterpretedFunction):
-    ck = importlib.reload(ck)  # imported earlier in this process without the interpreter
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"

@@ -5,18 +5,14 @@ again, and leaves its tile counters at zero. Its timings are the GPU's (``gpu_ru
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-os.environ["TRITON_INTERPRET"] = "1"
 torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
-triton.knobs.runtime.interpret = True
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks" / "probes"))
@@ -29,12 +25,9 @@ pytestmark = pytest.mark.filterwarnings(
 
 @pytest.fixture(scope="module")
 def streamk() -> Any:
-    from tunehub.kernels import triton_gemm_kernels
-
-    importlib.reload(triton_gemm_kernels)  # decorated for the interpreter
     import gpu_streamk
 
-    return importlib.reload(gpu_streamk)
+    return gpu_streamk
 
 
 def test_schedule_shares_the_partial_waves(streamk: Any) -> None:

@@ -4,26 +4,12 @@ convolutions into it exactly where a measured answer names one of those kernels.
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Any
 
 import pytest
 
-# The interpreter is chosen when @triton.jit runs: before the kernels are imported.
-os.environ["TRITON_INTERPRET"] = "1"
-
 torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
-
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
-
-triton.knobs.runtime.interpret = True
-
-from tunehub.kernels import triton_conv_kernels as ck  # noqa: E402
-
-if not isinstance(ck._conv2d_kernel, InterpretedFunction):
-    ck = importlib.reload(ck)  # imported earlier without the interpreter
 
 import torch.nn.functional as F  # noqa: E402
 
@@ -33,6 +19,7 @@ from tunehub.client.triton import device_target  # noqa: E402
 from tunehub.client.triton_conv_op import conv_workload, triton_conv2d  # noqa: E402
 from tunehub.client.triton_op import config_json  # noqa: E402
 from tunehub.core import Config  # noqa: E402
+from tunehub.kernels import triton_conv_kernels as ck  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"

@@ -16,33 +16,22 @@ from typing import Any
 
 import pytest
 
-# The interpreter is chosen when @triton.jit runs: before the kernels are imported.
-os.environ["TRITON_INTERPRET"] = "1"
-
 torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
 import torch.nn.functional as F  # noqa: E402
 import triton.language as tl  # noqa: E402
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
-triton.knobs.runtime.interpret = True
-
+import tunehub.triton as tt  # noqa: E402
 from tests.live import REPO, LiveServer, free_port  # noqa: E402
 from tunehub.client import (  # noqa: E402
     ScheduleClient,
     set_default_client,
     triton_autotune,
 )
+from tunehub.client import triton as client_triton  # noqa: E402
 from tunehub.client.gemm_choice import CALLS, CHOOSER, GemmChoice, choice_key  # noqa: E402
 from tunehub.core import Config, Workload, local_cpu_target  # noqa: E402
-from tunehub.kernels import triton_gemm_kernels as tg  # noqa: E402
-
-if not isinstance(tg._gemm_tiled_kernel, InterpretedFunction):
-    tg = importlib.reload(tg)  # imported earlier without the interpreter
-
-import tunehub.triton as tt  # noqa: E402
-from tunehub.client import triton as client_triton  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"

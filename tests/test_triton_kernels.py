@@ -8,7 +8,6 @@ fast), plus edge shapes, split-K, the resource checks and the precompile recipe.
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
@@ -19,25 +18,13 @@ from typing import Any
 
 import pytest
 
-# The interpreter is chosen when @triton.jit runs, i.e. when the kernels module is imported,
-# so this must precede that import (and triton's, which reads it for other defaults too).
-os.environ["TRITON_INTERPRET"] = "1"
-
 torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
 import triton.language as tl  # noqa: E402
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
-
-# Triton may have been imported earlier in this process (before the variable was set).
-triton.knobs.runtime.interpret = True
 
 from tunehub.kernels import triton_gemm_kernels as tg  # noqa: E402
 from tunehub.kernels.triton_gemm_limits import bit_reproducible  # noqa: E402
-
-if not isinstance(tg._gemm_tiled_kernel, InterpretedFunction):
-    # Imported earlier in this process without the interpreter: decorate the kernels again.
-    tg = importlib.reload(tg)
 
 # Triton 3.6's interpreter converts 1-element arrays to int the deprecated way, per access.
 pytestmark = pytest.mark.filterwarnings(

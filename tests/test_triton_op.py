@@ -5,28 +5,11 @@ shapes. That Inductor's generated code launches these kernels itself is checked 
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import pytest
-
-# The interpreter is chosen when @triton.jit runs: before the kernels are imported.
-os.environ["TRITON_INTERPRET"] = "1"
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the gpu extra)")
 triton = pytest.importorskip("triton", reason="triton is not installed (the gpu extra)")
 
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
-
-triton.knobs.runtime.interpret = True
-
-from tunehub.kernels import triton_gemm_kernels as tg  # noqa: E402
-
-if not isinstance(tg._gemm_tiled_kernel, InterpretedFunction):
-    tg = importlib.reload(tg)  # imported earlier without the interpreter
-    import tunehub.kernels.triton_gemm_traced as traced
-
-    importlib.reload(traced)
 
 from tunehub.client.triton_op import OP, VARIANTS, config_json, runs, triton_gemm  # noqa: E402
 
