@@ -193,9 +193,20 @@ def test_grouped_mm_with_an_empty_group_matches_the_reference(interpreter: Local
     w = grouped(dtype="float16")
     tile = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
     for schedule, programs in (("tile", 1), ("persistent", 1), ("persistent", 4)):
-        config = Config({**tile, "GROUP_M": 8, "SCHEDULE": schedule, "PROGRAMS": programs})
+        config = Config({**tile, "GROUP_M": 8, "SCHEDULE": schedule, "PROGRAMS": programs,
+                         "TMA": False})  # fmt: skip
         assert template.space(w, H100).is_valid(config)
         requests.append(request(w, config, "triton.grouped_mm"))
+    # The TMA kernel (16-byte rows): a K past the last block, tiles reading the next group's
+    # rows, an empty group, both schedules; its seeds come first.
+    aligned = grouped(dtype="float16", k=40, n=48)
+    for schedule, programs in (("tile", 1), ("persistent", 2)):
+        config = Config({**tile, "GROUP_M": 8, "SCHEDULE": schedule, "PROGRAMS": programs,
+                         "TMA": True})  # fmt: skip
+        assert template.space(aligned, H100).is_valid(config)
+        requests.append(request(aligned, config, "triton.grouped_mm"))
+    assert template.seed_configs(aligned, H100)[0]["TMA"] is True
+    assert not any(c["TMA"] for c in template.space(w, H100).points)  # 58-byte rows of A
     results = interpreter.measure(requests)
     for req, result in zip(requests, results, strict=True):
         assert result.status is MeasureStatus.OK, (req.workload.label, req.config, result.error)

@@ -470,7 +470,7 @@ TRITON_BMM_NAMES = (
 TRITON_GROUPED_NAMES = (
     *TRITON_NAMES,
     "log2_groups", "empty_groups", "largest_group_share", "group_tiles", "group_pad_m",
-    "persistent_schedule", "programs_per_sm_knob",
+    "persistent_schedule", "programs_per_sm_knob", "tma",
 )  # fmt: skip
 
 
@@ -515,6 +515,7 @@ def _triton_grouped(
     out["group_pad_m"] = 1.0 - workload.m / np.maximum(rows_of_tiles * bm, 1.0)
     out["persistent_schedule"] = persistent
     out["programs_per_sm_knob"] = persistent * _knob(configs, "PROGRAMS", 1)
+    out["tma"] = np.array([bool(c.get("TMA", False)) for c in configs], dtype=np.float64)
     return out
 
 
@@ -691,7 +692,7 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     "triton.attention": FeatureSet("triton.attention", 1, ATTENTION_NAMES, _attention),
     "triton.bmm": FeatureSet("triton.bmm", 1, TRITON_BMM_NAMES, _triton_bmm, consensus=1),
     "triton.grouped_mm": FeatureSet(
-        "triton.grouped_mm", 1, TRITON_GROUPED_NAMES, _triton_grouped, consensus=1
+        "triton.grouped_mm", 2, TRITON_GROUPED_NAMES, _triton_grouped, consensus=1
     ),
     # 2: the depthwise path's knobs (DEPTHWISE_NAMES) and its units' fill.
     "blis.conv2d": FeatureSet("blis.conv2d", 2, BLIS_CONV_NAMES, _blis_conv, consensus=20),

@@ -6,11 +6,12 @@ Knobs of both: ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M`` (rows of tiles
 together), ``num_warps``, ``num_stages``. ``triton.bmm`` adds ``BATCH_MAJOR`` (the order of the
 batch in the grid); ``triton.grouped_mm`` adds the group schedule: ``SCHEDULE`` (``tile``: one
 program per tile of the groups' flat tile list; ``persistent``: ``PROGRAMS`` programs per SM
-looping over it). The kernels are in ``triton_bmm_kernels``; configs the device cannot hold
-(shared memory, registers) are left out by ``triton_gemm_limits.config_problem``, as for
-``triton.gemm``. Like ``triton.gemm`` this module imports neither torch nor Triton: ``build``
-(the build sandbox, no GPU needed) and ``run`` (the GPU's run sandbox, or the CPU under
-``TRITON_INTERPRET=1``) do.
+looping over it) and, on Hopper and newer for row-major operands, ``TMA`` (A's rows and each
+group's B read through TMA descriptors). The kernels are in ``triton_bmm_kernels``; configs
+the device cannot hold (shared memory, registers) are left out by
+``triton_gemm_limits.config_problem``, as for ``triton.gemm``. Like ``triton.gemm`` this
+module imports neither torch nor Triton: ``build`` (the build sandbox, no GPU needed) and
+``run`` (the GPU's run sandbox, or the CPU under ``TRITON_INTERPRET=1``) do.
 
 >>> from tunehub.core import Target, Workload
 >>> h100 = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132, properties={
@@ -73,6 +74,27 @@ def group_sizes(workload: Workload) -> tuple[int, ...]:
     return value if isinstance(value, tuple) else ()
 
 
+# triton.grouped_mm's TMA tiles (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, programs an SM),
+# the fastest of 48 configs a shape on Mixtral-8x7B's expert GEMMs on an H200
+# (grouped_tma-h200-20261127.json): 1.03x torch._grouped_mm on the down projection where the
+# pointer-load kernel's tuned config ran 0.88x.
+GROUPED_TMA_TILES = ((64, 128, 64, 4, 4, 2), (64, 256, 64, 8, 4, 1))
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def grouped_tma_runs(workload: Workload, target: Target) -> bool:
+    """Whether ``grouped_tma_kernel`` can run the workload: a Hopper or newer GPU, row-major
+    A and B (TMA reads rows along the contiguous dimension), rows of 16-byte multiples."""
+    elem = ELEMENT_BYTES.get(workload.dtype, 4)
+    return (
+        capability_of(target) >= 90
+        and workload.a_layout == "row_major"
+        and workload.b_layout == "row_major"
+        and workload.k * elem % 16 == 0
+        and workload.n * elem % 16 == 0
+    )
+
+
 class _TritonBatched(Template):
     """What ``triton.bmm`` and ``triton.grouped_mm`` share: dtypes, the tile knobs and their
     limits, build and run."""
@@ -96,7 +118,7 @@ class _TritonBatched(Template):
         """The most rows one product has (a tile taller than that only pads)."""
         return workload.m
 
-    def _extra_knobs(self, workload: Workload) -> tuple[Knob, ...]:
+    def _extra_knobs(self, workload: Workload, target: Target) -> tuple[Knob, ...]:
         return ()
 
     def _extra_constraints(self) -> tuple[KnobConstraint, ...]:
@@ -126,7 +148,7 @@ class _TritonBatched(Template):
             Knob("GROUP_M", GROUP_MS),
             Knob("num_warps", WARPS),
             Knob("num_stages", STAGES),
-            *self._extra_knobs(workload),
+            *self._extra_knobs(workload, target),
         )
         constraints: tuple[Any, ...] = (
             KnobConstraint(("BLOCK_M", "BLOCK_N", "BLOCK_K"), fits),
@@ -142,17 +164,20 @@ class _TritonBatched(Template):
         why = problem or "outside the space (a tile larger than the problem, or a bad knob)"
         return f"config is not in the space of {self.name}: {why}"
 
-    def _tiles(self, workload: Workload) -> Iterable[dict[str, int]]:
+    def _tiles(
+        self, workload: Workload, tiles: Iterable[tuple[int, ...]] = TILES, group_m: int = 8
+    ) -> Iterable[dict[str, int]]:
+        """``tiles`` (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) clamped to the problem."""
         cap_m = _pow2_at_least(self._rows(workload), 16)
         cap_n = _pow2_at_least(workload.n, 32)
         cap_k = _pow2_at_least(workload.k, 32)
         wide_k = 32 if workload.dtype == "float32" else 64
-        for bm, bn, bk, warps, stages in TILES:
+        for bm, bn, bk, warps, stages in tiles:
             yield {
                 "BLOCK_M": min(bm, cap_m),
                 "BLOCK_N": min(bn, cap_n),
                 "BLOCK_K": min(bk if bk != 64 else wide_k, cap_k),
-                "GROUP_M": 8,
+                "GROUP_M": group_m,
                 "num_warps": warps,
                 "num_stages": stages,
             }
@@ -241,7 +266,7 @@ class TritonBmmTemplate(_TritonBatched):
     op = "bmm"
     baseline_template = "torch.bmm_gpu"
 
-    def _extra_knobs(self, workload: Workload) -> tuple[Knob, ...]:
+    def _extra_knobs(self, workload: Workload, target: Target) -> tuple[Knob, ...]:
         return (Knob("BATCH_MAJOR", (True, False)),)
 
     def _variants(self, tile: dict[str, int], workload: Workload) -> Iterable[Config]:
@@ -276,11 +301,15 @@ class TritonGroupedMmTemplate(_TritonBatched):
     op = "grouped_mm"
     baseline_template = "torch.grouped_mm"
 
+    # 2: the TMA kernel (configs carry TMA).
+    version = 2
+
     def _rows(self, workload: Workload) -> int:
         return max(group_sizes(workload), default=1)
 
-    def _extra_knobs(self, workload: Workload) -> tuple[Knob, ...]:
-        return (Knob("SCHEDULE", SCHEDULES), Knob("PROGRAMS", PROGRAMS))
+    def _extra_knobs(self, workload: Workload, target: Target) -> tuple[Knob, ...]:
+        tma = (False, True) if grouped_tma_runs(workload, target) else (False,)
+        return (Knob("SCHEDULE", SCHEDULES), Knob("PROGRAMS", PROGRAMS), Knob("TMA", tma))
 
     def _extra_constraints(self) -> tuple[KnobConstraint, ...]:
         return (
@@ -291,13 +320,30 @@ class TritonGroupedMmTemplate(_TritonBatched):
         )
 
     def _variants(self, tile: dict[str, int], workload: Workload) -> Iterable[Config]:
-        yield Config({**tile, "SCHEDULE": "tile", "PROGRAMS": 1})
-        yield Config({**tile, "SCHEDULE": "persistent", "PROGRAMS": 2})
+        yield Config({**tile, "SCHEDULE": "tile", "PROGRAMS": 1, "TMA": False})
+        yield Config({**tile, "SCHEDULE": "persistent", "PROGRAMS": 2, "TMA": False})
+
+    def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """The TMA kernel's seed tiles first where it runs the workload, then the shared
+        tiles on pointer loads."""
+        seeds = super().seed_configs(workload, target)
+        if not grouped_tma_runs(workload, target):
+            return seeds
+        space = self.space(workload, target)
+        tma = []
+        tiles = self._tiles(workload, (t[:5] for t in GROUPED_TMA_TILES), group_m=4)
+        for tile, spec in zip(tiles, GROUPED_TMA_TILES, strict=True):
+            config = Config({**tile, "SCHEDULE": "persistent", "PROGRAMS": spec[5], "TMA": True})
+            if config not in tma and space.is_valid(config):
+                tma.append(config)
+        return tma + [c for c in seeds if c not in tma]
 
     def _compile_args(self, workload: Workload, config: Config, target: Target) -> tuple[int, ...]:
         m, n, k = workload.m, workload.n, workload.k
         groups = len(group_sizes(workload))
         bound = (-(-m // int(config["BLOCK_M"])) + groups) * -(-n // int(config["BLOCK_N"]))
+        if config.get("TMA", False):
+            return (n, k, groups, bound, m)
         am, ak = (k, 1) if workload.a_layout == "row_major" else (1, m)
         bk, bn = (n, 1) if workload.b_layout == "row_major" else (1, k)
         return (n, k, groups, bound, am, ak, k * n, bk, bn, n, 1)

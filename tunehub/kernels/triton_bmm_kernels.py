@@ -86,34 +86,68 @@ def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BATCH,
 
 
 @triton.jit
+def _group_of(tile, offs_ptr, G, grid_n, BLOCK_M: tl.constexpr):
+    # The tile's group in the flat list: a scan of the G + 1 offsets (they stay in L1). Its
+    # group, the group's first tile, first row and rows, and the tiles of all groups.
+    group = tile * 0
+    first = tile * 0
+    row0 = tile * 0
+    rows = tile * 0
+    seen = tile * 0
+    for g in range(0, G):
+        lo = tl.load(offs_ptr + g)
+        hi = tl.load(offs_ptr + g + 1)
+        count = tl.cdiv(hi - lo, BLOCK_M) * grid_n
+        inside = (tile >= seen) & (tile < seen + count)
+        group = tl.where(inside, g, group)
+        first = tl.where(inside, seen, first)
+        row0 = tl.where(inside, lo, row0)
+        rows = tl.where(inside, hi - lo, rows)
+        seen += count
+    return group, first, row0, rows, seen
+
+
+@triton.jit
 def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, N, K, G, TILE_BOUND,
                    sam, sak, sbg, sbk, sbn, scm, scn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
     grid_n = tl.cdiv(N, BLOCK_N)
     for tile in range(tl.program_id(0), TILE_BOUND, tl.num_programs(0)):
-        # The tile's group: a scan of the offsets (G <= 64; they stay in L1).
-        group = tile * 0
-        first = tile * 0
-        row0 = tile * 0
-        rows = tile * 0
-        seen = tile * 0
-        for g in range(0, G):
-            lo = tl.load(offs_ptr + g)
-            hi = tl.load(offs_ptr + g + 1)
-            count = tl.cdiv(hi - lo, BLOCK_M) * grid_n
-            inside = (tile >= seen) & (tile < seen + count)
-            group = tl.where(inside, g, group)
-            first = tl.where(inside, seen, first)
-            row0 = tl.where(inside, lo, row0)
-            rows = tl.where(inside, hi - lo, rows)
-            seen += count
+        group, first, row0, rows, seen = _group_of(tile, offs_ptr, G, grid_n, BLOCK_M)
         if tile < seen:
             pid_m, pid_n = _swizzle(tile - first, tl.cdiv(rows, BLOCK_M), grid_n, GROUP_M)
             r0 = tl.cast(row0, tl.int64)
             _tile(a_ptr + r0 * sam, b_ptr + tl.cast(group, tl.int64) * sbg, c_ptr + r0 * scm, rows,
                   N, K, sam, sak, sbk, sbn, scm, scn, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K,
                   PRECISION)  # fmt: skip
+
+
+@triton.jit
+def grouped_tma_kernel(a_desc, b_desc, c_ptr, offs_ptr, N, K, G, TILE_BOUND, scm, scn,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       GROUP_M: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
+    # ``grouped_kernel`` with A (M x K) and B (G x K x N) read through TMA descriptors: no
+    # masks or address math in the K loop, and B's box of one group feeds the tensor cores
+    # from shared memory. A tile's rows past its group are the next group's (or zeros past
+    # A): multiplied, never stored.
+    grid_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), TILE_BOUND, tl.num_programs(0)):
+        group, first, row0, rows, seen = _group_of(tile, offs_ptr, G, grid_n, BLOCK_M)
+        if tile < seen:
+            pid_m, pid_n = _swizzle(tile - first, tl.cdiv(rows, BLOCK_M), grid_n, GROUP_M)
+            m0 = row0 + pid_m * BLOCK_M
+            n0 = pid_n * BLOCK_N
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for kk in range(0, tl.cdiv(K, BLOCK_K)):
+                a = a_desc.load([m0, kk * BLOCK_K])
+                b = b_desc.load([group, kk * BLOCK_K, n0]).reshape(BLOCK_K, BLOCK_N)
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            rn = n0 + tl.arange(0, BLOCK_N)
+            c = c_ptr + (row0 + rm)[:, None].to(tl.int64) * scm + rn[None, :] * scn
+            ok = (rm[:, None] < rows) & (rn[None, :] < N)
+            tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=ok)
 
 
 def precision(dtype: torch.dtype, allow_tf32: bool) -> str:
@@ -188,13 +222,36 @@ def grouped_launch(
     meta = _meta(config)
     bound = (triton.cdiv(m, meta["BLOCK_M"]) + groups) * triton.cdiv(n, meta["BLOCK_N"])
     grid = (grouped_grid(m, n, groups, config, num_sms),)
-    args = (a, b, out, offsets, n, k, groups, bound, *a.stride(), *b.stride(), *out.stride())
     prec = precision(a.dtype, allow_tf32)
+    if config.get("TMA", False):
+        if a.stride(1) != 1 or b.stride(2) != 1:
+            raise ValueError("the TMA kernel reads a row-major A and row-major B groups")
+        descs = grouped_descriptors(a, (a.shape, a.stride()), b, (b.shape, b.stride()), meta)
+        args: tuple[Any, ...] = (*descs, out, offsets, n, k, groups, bound, *out.stride())
+        kernel: Any = grouped_tma_kernel
+    else:
+        args = (a, b, out, offsets, n, k, groups, bound, *a.stride(), *b.stride(), *out.stride())
+        kernel = grouped_kernel
 
     def launch() -> None:
-        grouped_kernel[grid](*args, **meta, PRECISION=prec)
+        kernel[grid](*args, **meta, PRECISION=prec)
 
     return launch
+
+
+def grouped_descriptors(
+    a: Any, a_dims: tuple[Any, Any], b: Any, b_dims: tuple[Any, Any], meta: dict[str, Any]
+) -> tuple[Any, Any]:
+    """Host TMA descriptors of A (M x K, a BLOCK_M x BLOCK_K box) and B (G x K x N, a box of
+    one group's BLOCK_K x BLOCK_N), each of (shape, strides) ``*_dims``; ``a`` and ``b``
+    tensors or the precompile's stand-ins."""
+    from tunehub.kernels.triton_gemm_kernels import _descriptor
+
+    bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
+    return (
+        _descriptor(a, list(a_dims[0]), list(a_dims[1]), [bm, bk]),
+        _descriptor(b, list(b_dims[0]), list(b_dims[1]), [1, bk, bn]),
+    )
 
 
 def compile_for(
@@ -219,6 +276,16 @@ def compile_for(
         args: tuple[Any, ...] = (fake, fake, fake, m, n, k, batch, *strides[4:])
         kwargs = {**meta, "BATCH_MAJOR": bool(config["BATCH_MAJOR"]), "PRECISION": prec}
         kernel = bmm_kernel
+    elif config.get("TMA", False):
+        # (n, k, groups, bound, m): dense row-major operands, described as the launch does.
+        n, k, groups, bound, m = strides[:5]
+        a_desc, b_desc = grouped_descriptors(
+            fake, ((m, k), (k, 1)), fake, ((groups, k, n), (k * n, n, 1)), meta
+        )
+        offsets = _FakeTensor(torch.int32)
+        args = (a_desc, b_desc, fake, offsets, n, k, groups, bound, n, 1)
+        kwargs = {**meta, "PRECISION": prec}
+        kernel = grouped_tma_kernel
     else:
         n, k, groups, bound = strides[:4]
         offsets = _FakeTensor(torch.int32)
