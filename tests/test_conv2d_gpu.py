@@ -108,6 +108,14 @@ def test_the_tma_kernel_matches_the_float64_reference(
     assert check.ok, check.message
 
 
+def test_the_tma_kernel_refuses_an_input_that_is_not_channels_last() -> None:
+    w = conv(data_layout="nchw", dtype="float32", in_channels=20, out_channels=24, pad_h=1)
+    ops = ck.operands(w, torch.device("cpu"), seed=7)
+    config = {**TILE, "TMA": True, "TILE_H": 4, "TILE_W": 8}  # NCHW read in place: no
+    with pytest.raises(ValueError, match="channels-last"):
+        ck.bind(ops, config)
+
+
 def test_the_tma_kernel_is_in_the_space_where_it_can_run() -> None:
     t = get_template("triton.conv2d")
     w = conv(in_channels=64, out_channels=64, height=28, width=28, batch=8, pad_h=1, pad_w=1,

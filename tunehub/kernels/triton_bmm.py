@@ -79,13 +79,12 @@ def group_sizes(workload: Workload) -> tuple[int, ...]:
 # (grouped_tma-h200-20261127.json): 1.03x torch._grouped_mm on the down projection where the
 # pointer-load kernel's tuned config ran 0.88x.
 GROUPED_TMA_TILES = ((64, 128, 64, 4, 4, 2), (64, 256, 64, 8, 4, 1))
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
 def grouped_tma_runs(workload: Workload, target: Target) -> bool:
     """Whether ``grouped_tma_kernel`` can run the workload: a Hopper or newer GPU, row-major
     A and B (TMA reads rows along the contiguous dimension), rows of 16-byte multiples."""
-    elem = ELEMENT_BYTES.get(workload.dtype, 4)
+    elem = limits.ELEMENT_BYTES.get(workload.dtype, 4)
     return (
         capability_of(target) >= 90
         and workload.a_layout == "row_major"

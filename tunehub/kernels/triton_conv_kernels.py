@@ -369,6 +369,8 @@ def _tma_launches(
     their O x (KH·KW·C) matrix, copied channels-last first where they are not."""
     from tunehub.kernels.triton_gemm_kernels import _descriptor
 
+    if x.stride(1) != 1:
+        raise ValueError("the TMA kernel reads a channels-last input (NHWC, or NCHW with REPACK)")
     launches = []
     if not w.is_contiguous(memory_format=torch.channels_last):
         w, copy_w = channels_last_copy(w)
