@@ -37,10 +37,18 @@ import triton.language as tl
 
 from tunehub.core import Config, Workload
 from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc, pointwise_gemm
-from tunehub.kernels.triton_gemm_kernels import Launch
+from tunehub.kernels.triton_gemm_kernels import Launch, _tile_coords
 from tunehub.kernels.triton_gemm_limits import TOLERANCE
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@triton.jit
+def _tap_step(step, CHANNEL_BLOCKS, KW, BLOCK_K: tl.constexpr):
+    # Step ``step`` of the flat K loop: its filter tap (and the tap's row and column) and the
+    # first input channel of its block.
+    tap = step // CHANNEL_BLOCKS
+    return tap, (step % CHANNEL_BLOCKS) * BLOCK_K, tap // KW, tap % KW
 
 
 @triton.jit
@@ -52,15 +60,10 @@ def _conv2d_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
     g = tl.program_id(1)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(OCG, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = pid // per_group * GROUP_M
-    rows = tl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows
-    pid_n = (pid % per_group) // rows
+    pid_m, pid_n = _tile_coords(
+        tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(OCG, BLOCK_N), GROUP_M
+    )
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ohw = OH * OW
@@ -76,10 +79,7 @@ def _conv2d_kernel(
     col_in = rn < OCG
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(STEPS):
-        tap = step // CHANNEL_BLOCKS
-        c0 = (step % CHANNEL_BLOCKS) * BLOCK_K
-        fh = tap // KW
-        fw = tap % KW
+        _, c0, fh, fw = _tap_step(step, CHANNEL_BLOCKS, KW, BLOCK_K)
         ih = ih0 + fh * DH
         iw = iw0 + fw * DW
         a_rows = row_in & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
@@ -111,24 +111,16 @@ def _conv2d_tma_kernel(
     IEEE: tl.constexpr,
 ):  # fmt: skip
     BLOCK_M: tl.constexpr = TILE_B * TILE_H * TILE_W
-    pid = tl.program_id(0)
-    tiles_m = TILES_B * TILES_H * TILES_W
-    tiles_n = tl.cdiv(OCG, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = pid // per_group * GROUP_M
-    rows = tl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows
-    pid_n = (pid % per_group) // rows
+    pid_m, pid_n = _tile_coords(
+        tl.program_id(0), TILES_B * TILES_H * TILES_W, tl.cdiv(OCG, BLOCK_N), GROUP_M
+    )
     n0 = pid_m // (TILES_H * TILES_W) * TILE_B
     oh0 = pid_m // TILES_W % TILES_H * TILE_H
     ow0 = pid_m % TILES_W * TILE_W
     oc0 = pid_n * BLOCK_N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(STEPS):
-        tap = step // CHANNEL_BLOCKS
-        c0 = (step % CHANNEL_BLOCKS) * BLOCK_K
-        fh = tap // KW
-        fw = tap % KW
+        tap, c0, fh, fw = _tap_step(step, CHANNEL_BLOCKS, KW, BLOCK_K)
         # The tap's window of the input: a box of TILE_B images x TILE_H x TILE_W pixels x
         # BLOCK_K channels, shifted by the tap; TMA zero-fills what lies outside the input
         # (the padding, negative coordinates included, and channels past ICG).
