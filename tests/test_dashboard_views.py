@@ -647,3 +647,10 @@ def test_docs_assets_come_from_the_installed_package() -> None:
         js = client.get("/docs/assets/swagger-ui-bundle.js")
         assert js.status_code == 200
         assert js.content == (folder / "swagger-ui-bundle.js").read_bytes()
+        # ReDoc's bundle shows Redocly's logo from their CDN: served with an image of its own.
+        installed = (folder / "redoc.standalone.js").read_bytes()
+        assert dashboard.REDOC_CDN_LOGO.encode() in installed
+        redoc_js = client.get("/docs/assets/redoc.standalone.js")
+        assert redoc_js.status_code == 200
+        assert b"cdn.redoc.ly" not in redoc_js.content
+        assert len(redoc_js.content) > len(installed) // 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import os
+from functools import lru_cache
 from importlib.resources import files
 from os import PathLike
 from pathlib import Path
@@ -124,9 +125,29 @@ def docs_assets_dir() -> Path:
     return Path(str(files("fastapi_offline") / "static"))
 
 
+# ReDoc's bundle shows Redocly's logo from their CDN once its menu is up (the page's CSP then
+# refuses the request; a browser test saw the attempt whenever the menu rendered in time). The
+# bundle is served with that address replaced by an empty image of this page's own.
+REDOC_CDN_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+EMPTY_IMAGE = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E"
+
+
+@lru_cache(maxsize=1)
+def redoc_bundle() -> bytes:
+    """ReDoc's installed bundle with nothing in it that loads from outside the service."""
+    text = (docs_assets_dir() / "redoc.standalone.js").read_text(encoding="utf-8")
+    return text.replace(REDOC_CDN_LOGO, EMPTY_IMAGE).encode("utf-8")
+
+
 def mount_api_docs(app: FastAPI, openapi_url: str = "/openapi.json") -> None:
     """``/docs`` (Swagger UI) and ``/redoc`` (ReDoc) from the installed assets. The app is made
     with ``docs_url=None, redoc_url=None`` (FastAPI's own pages load them from a CDN)."""
+
+    # Before the assets' mount, which would answer this path with the bundle as installed.
+    @app.get(f"{DOCS_ASSETS_URL}/redoc.standalone.js", include_in_schema=False)
+    def redoc_js() -> Response:
+        return Response(redoc_bundle(), media_type="text/javascript; charset=utf-8")
+
     app.mount(DOCS_ASSETS_URL, StaticFiles(directory=docs_assets_dir()), name="docs-assets")
     favicon = f"{DOCS_ASSETS_URL}/favicon.png"
 
