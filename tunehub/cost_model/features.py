@@ -625,20 +625,28 @@ def _triton_conv(
     # (TILE_H x images; one row feeds the tensor cores from shared memory, more are reshaped
     # in registers first).
     out["tma"] = tma
-    out["tma_useful"] = tma * np.array([_tma_useful(workload, c) for c in configs])
+    out["tma_useful"] = tma * _tma_useful(workload, configs)
     out["tma_rows"] = tma * np.array(
         [int(c["BLOCK_M"]) / int(c.get("TILE_W", 1)) for c in configs], dtype=np.float64
     )
     return out
 
 
-def _tma_useful(workload: Workload, config: Config) -> float:
+def _tma_useful(workload: Workload, configs: Sequence[Config]) -> Column:
+    """Each TMA config's share of real output in its box (0 for the others), computed once
+    per distinct box: a space holds thousands of configs over a dozen boxes."""
     from tunehub.kernels.triton_conv import tma_useful
 
-    if not config.get("TMA", False):
-        return 0.0
-    bm, th, tw = int(config["BLOCK_M"]), int(config["TILE_H"]), int(config["TILE_W"])
-    return tma_useful(workload, bm // (th * tw), th, tw)
+    shares: dict[tuple[int, int, int], float] = {}
+    column = np.zeros(len(configs), dtype=np.float64)
+    for i, c in enumerate(configs):
+        if c.get("TMA", False):
+            box = (int(c["BLOCK_M"]), int(c["TILE_H"]), int(c["TILE_W"]))
+            if box not in shares:
+                bm, th, tw = box
+                shares[box] = tma_useful(workload, bm // (th * tw), th, tw)
+            column[i] = shares[box]
+    return column
 
 
 # --- generic -------------------------------------------------------------------------------
