@@ -83,6 +83,69 @@ def test_nchw_repacked_to_channels_last_in_the_call_matches_the_reference(
     assert ck.check(ops.out, ck.reference(ops), "float32").ok
 
 
+STEM_LIKE = {"in_channels": 3, "kernel_h": 7, "kernel_w": 7, "stride_h": 2, "stride_w": 2,
+             "pad_h": 3, "pad_w": 3, "height": 11, "width": 9}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("layout", "patch", "repack", "changes"),
+    [
+        # A stem-like 7x7/2 on 3 channels (147 deep: blocks of 16 past the patch; rows of 7
+        # pixels of 4 channels, 28 of a block of 32), NCHW in place and repacked, dilation
+        # along H, groups of 3 channels (flat only).
+        ("nhwc", "flat", False, STEM_LIKE),
+        ("nchw", "flat", False, STEM_LIKE),
+        ("nchw", "flat", True, {"pad_h": 1, "dilation_w": 2, "batch": 2}),
+        ("nhwc", "flat", False, {"groups": 2, "in_channels": 6, "out_channels": 4, "pad_w": 1}),
+        ("nhwc", "rows", False, STEM_LIKE),
+        ("nchw", "rows", False, STEM_LIKE),
+        ("nchw", "rows", False, {"pad_h": 2, "dilation_h": 2, "batch": 3, "in_channels": 5}),
+        ("nhwc", "rows", False, {"kernel_h": 1, "kernel_w": 5, "pad_w": 2, "stride_h": 3}),
+    ],
+)  # fmt: skip
+def test_patch_orders_match_the_float64_reference(
+    layout: str, patch: str, repack: bool, changes: dict[str, Any]
+) -> None:
+    w = conv(data_layout=layout, dtype="float32", **changes)
+    ops = ck.operands(w, torch.device("cpu"), seed=11)
+    ck.bind(ops, {**TILE, "REPACK": repack, "PATCH": patch})()
+    check = ck.check(ops.out, ck.reference(ops), "float32")
+    assert check.ok, check.message
+
+
+def test_the_rows_order_refuses_groups_and_dilation_along_w() -> None:
+    for changes in ({"groups": 2, "in_channels": 6, "out_channels": 4}, {"dilation_w": 2}):
+        ops = ck.operands(conv(dtype="float32", **changes), torch.device("cpu"), seed=1)
+        with pytest.raises(ValueError, match="rows"):
+            ck.bind(ops, {**TILE, "PATCH": "rows"})
+
+
+def test_patch_orders_are_in_the_space_where_a_tap_pads() -> None:
+    t = get_template("triton.conv2d")
+    stem = conv(in_channels=3, out_channels=64, height=224, width=224, batch=32, kernel_h=7,
+                kernel_w=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3, dtype="float16",
+                data_layout="nchw")  # fmt: skip
+    points = t.space(stem, H100).points
+    by_order = {o: [c for c in points if c["PATCH"] == o] for o in ("tap", "flat", "rows")}
+    assert all(by_order.values()) and not any(c["TMA"] for c in points)
+    # A flat block up to the patch (147, so every BLOCK_K), a row block up to a filter row (7
+    # pixels of 4 channels), a tap's block up to its 3 channels; no copy before rows.
+    assert {int(c["BLOCK_K"]) for c in by_order["flat"]} == {16, 32, 64, 128}
+    assert {int(c["BLOCK_K"]) for c in by_order["rows"]} == {16, 32}
+    assert {int(c["BLOCK_K"]) for c in by_order["tap"]} == {16}
+    assert not any(c["REPACK"] for c in by_order["rows"])
+    assert t.default_config(stem, H100)["PATCH"] == "rows"
+    m = feature_set("triton.conv2d").matrix(stem, H100, [points[0], *by_order["rows"][:1]])
+    assert m.shape[0] == 2
+    grouped = conv(groups=2, in_channels=6, out_channels=4, dtype="float16")
+    assert {c["PATCH"] for c in t.space(grouped, H100).points} == {"tap", "flat"}
+    for workload in (
+        conv(in_channels=64, out_channels=64, dtype="float16"),  # whole blocks of channels
+        conv(groups=4, out_channels=4, dtype="float16"),  # depthwise: the direct kernel
+    ):
+        assert {c.get("PATCH", "tap") for c in t.space(workload, H100).points} == {"tap"}
+
+
 @pytest.mark.parametrize(
     ("layout", "changes", "box"),
     [
@@ -190,7 +253,8 @@ def test_the_space_fits_the_gemm_view_and_the_device() -> None:
     assert t.default_config(narrow, H100)["REPACK"] is True  # nchw read from channels-last
     nhwc = conv(in_channels=4, out_channels=6, dtype="float16", data_layout="nhwc")
     assert {c["REPACK"] for c in t.space(nhwc, H100).points} == {False}
-    assert {int(c["BLOCK_K"]) for c in t.space(narrow, H100).points} == {16}
+    points = t.space(narrow, H100).points
+    assert {int(c["BLOCK_K"]) for c in points if c["PATCH"] == "tap"} == {16}
     big = conv(in_channels=256, out_channels=256, height=56, width=56, batch=8, dtype="float16")
     points = t.space(big, H100).points
     assert max(int(c["BLOCK_N"]) for c in points) == 256
@@ -206,7 +270,7 @@ def test_the_space_fits_the_gemm_view_and_the_device() -> None:
 def test_triton_conv2d_and_cudnn_measure_checked_times(name: str, tmp_path: Path) -> None:
     w = conv(pad_h=1, pad_w=1, data_layout="nhwc", dtype="float32")
     t = get_template(name)
-    pointer = {**TILE, "TMA": False, "TILE_H": 1, "TILE_W": 1}  # the pointer-load kernel
+    pointer = {**TILE, "TMA": False, "TILE_H": 1, "TILE_W": 1, "PATCH": "tap"}  # pointer loads
     config = pointer if name == "triton.conv2d" else {"benchmark": False}
     from tunehub.core import Config
 

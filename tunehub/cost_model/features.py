@@ -537,6 +537,7 @@ DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
 BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
 TRITON_CONV_NAMES = (
     *TRITON_NAMES, *CONV_OWN_NAMES, "repack", "dw_block_rows", "tma", "tma_useful", "tma_rows",
+    "patch_flat", "patch_rows", "k_useful",
 )  # fmt: skip
 
 
@@ -629,6 +630,24 @@ def _triton_conv(
     out["tma_rows"] = tma * np.array(
         [int(c["BLOCK_M"]) / int(c.get("TILE_W", 1)) for c in configs], dtype=np.float64
     )
+    # The K loop's order (PATCH), and the share of its columns that are real patch: a tap's
+    # channels padded to BLOCK_K, the whole patch padded to it, or a filter row of KW pixels
+    # of C rounded up to a power of two, padded to it.
+    order = _strings(configs, "PATCH", "tap")
+    flat = np.array([o == "flat" for o in order], dtype=np.float64)
+    rows = np.array([o == "rows" for o in order], dtype=np.float64)
+    icg = int(workload.param("in_channels")) // int(workload.param("groups"))
+    kw = float(int(workload.param("kernel_w")))
+    patch = float(icg) * float(int(workload.param("kernel_h"))) * kw
+    bk = _knob(configs, "BLOCK_K", 16)
+    row = kw * float(1 << max(0, (icg - 1).bit_length()))
+    out["patch_flat"] = flat
+    out["patch_rows"] = rows
+    out["k_useful"] = np.select(
+        [flat > 0, rows > 0],
+        [patch / (_ceil_div(patch, bk) * bk), kw * icg / (_ceil_div(row, bk) * bk)],
+        float(icg) / (_ceil_div(float(icg), bk) * bk),
+    )
     return out
 
 
@@ -704,7 +723,7 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     ),
     # 2: the depthwise path's knobs (DEPTHWISE_NAMES) and its units' fill.
     "blis.conv2d": FeatureSet("blis.conv2d", 2, BLIS_CONV_NAMES, _blis_conv, consensus=20),
-    "triton.conv2d": FeatureSet("triton.conv2d", 3, TRITON_CONV_NAMES, _triton_conv, consensus=1),
+    "triton.conv2d": FeatureSet("triton.conv2d", 4, TRITON_CONV_NAMES, _triton_conv, consensus=1),
 }
 
 

@@ -6,7 +6,13 @@ inside its K loop (nothing unfolded in memory) and reads NCHW and NHWC through s
 channels a step), ``GROUP_M`` (tile order), ``num_warps`` and ``num_stages``. The space keeps
 tiles no larger than the GEMM view needs (BLOCK_N up to O/groups, BLOCK_K up to C/groups,
 each at least 16 for ``tl.dot``) and leaves out configs whose pipelined tiles do not fit
-shared memory or whose accumulator is far past what a thread holds. A depthwise workload
+shared memory or whose accumulator is far past what a thread holds. ``PATCH`` orders the K
+loop: ``tap`` takes one filter tap's block of channels a step, padding every tap to 16 where
+C/groups is no multiple of it; where it is not, ``flat`` steps over the whole (tap, channel)
+patch in blocks of BLOCK_K, and ``rows`` (one group, no dilation along W) first copies the
+input into a zero-padded channels-last buffer of C rounded up to a power of two, then reads
+a filter row's taps a step as consecutive elements, unmasked whole vectors. ResNet-50's stem
+(3 channels, 7x7) is 147 deep: 784 a tap at a time, 160 flat, 7 x 32 by rows. A depthwise workload
 (one input channel a group) runs the direct kernel instead, whose knobs are ``BLOCK_M``
 (output pixels), ``BLOCK_N`` (channels, up to all of them) and ``num_warps``; its space holds
 one value of the others. A pointwise NHWC workload (1x1, stride 1, no padding, one group) is a
@@ -83,6 +89,19 @@ TILE_WS = (1, 4, 8, 16, 32, 64, 128)
 MIN_USEFUL = 0.6
 TMA_BOXES = 3
 POINTER_BOX = {"TMA": False, "TILE_H": 1, "TILE_W": 1}
+# The K loop's orders (``PATCH``) and seed tiles (BLOCK_M, BLOCK_N, BLOCK_K, num_warps,
+# num_stages) for ``flat`` patch blocks: the fastest on ResNet-50's stem (batch 32, fp16) of
+# 26-50 configs a layout on an H200 (conv_flat-h200-20261127T0319.json): 256 x 16 NHWC, 128 x
+# 64 NCHW in place; then tiles around them.
+PATCHES = ("tap", "flat", "rows")
+FLAT_SEEDS = (
+    (256, 64, 16, 4, 3), (128, 64, 64, 4, 2), (128, 64, 16, 4, 2), (128, 64, 32, 4, 3),
+    (256, 64, 64, 8, 2),
+)  # fmt: skip
+ROWS_SEEDS = (
+    (128, 64, 32, 4, 3), (256, 64, 32, 8, 3), (128, 64, 32, 4, 4), (64, 64, 32, 4, 3),
+    (128, 128, 32, 8, 3),
+)  # fmt: skip
 DEFAULT_SMEM = 166912
 MAX_ACC_PER_THREAD = 256
 KNOB_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
@@ -141,6 +160,28 @@ def tma_eligible(workload: Workload, target: Target) -> bool:
         and d["stride_h"] == d["stride_w"] == 1
         and d["icg"] * ELEMENT_BYTES.get(workload.dtype, 2) % 16 == 0
     )
+
+
+def rows_channels(icg: int) -> int:
+    """The channels a pixel of the ``rows`` order's padded buffer: C/groups rounded up to a
+    power of two, so that every pixel starts on a whole vector."""
+    return 1 << max(0, (icg - 1).bit_length())
+
+
+def patches(workload: Workload) -> tuple[str, ...]:
+    """The implicit GEMM's K orders (``PATCH``) for the workload: ``tap`` always; ``flat``
+    where C/groups is no multiple of 16 (a tap's block of channels pads with zeros); ``rows``
+    there too for one group without dilation along W, if a filter row (KW x C rounded up to a
+    power of two) is at most 128 elements."""
+    d = conv_dims(workload)
+    if is_depthwise(workload) or d["icg"] % 16 == 0:
+        return ("tap",)
+    rows = (
+        d["groups"] == 1
+        and d["dilation_w"] == 1
+        and d["kernel_w"] * rows_channels(d["icg"]) <= max(BLOCK_KS)
+    )
+    return PATCHES if rows else PATCHES[:2]
 
 
 def tma_useful(workload: Workload, tile_b: int, tile_h: int, tile_w: int) -> float:
@@ -206,8 +247,9 @@ class TritonConv2dTemplate(Template):
     name = "triton.conv2d"
     # 2: one flat (tap, channel block) K loop, and depthwise workloads on the direct kernel
     # (records of version 1 time other code). 3: pointwise NHWC workloads on triton.gemm's
-    # kernels and space. 4: the TMA kernel (configs carry TMA, TILE_H and TILE_W).
-    version = 4
+    # kernels and space. 4: the TMA kernel (configs carry TMA, TILE_H and TILE_W). 5: the K
+    # loop's order (PATCH: flat patch blocks, padded rows), a knob records of version 4 lack.
+    version = 5
     device_kind = "cuda"
     baseline_template = "torch.conv2d_gpu"
     slowest_gflops = 20.0
@@ -230,7 +272,12 @@ class TritonConv2dTemplate(Template):
             return _gemm_template().space(gemm, target)
         cap_m = _pow2_at_least(workload.m * int(workload.param("batch")), 32)
         cap_n = _pow2_at_least(workload.n, 16)
-        cap_k = _pow2_at_least(conv_dims(workload)["icg"], 16)
+        d = conv_dims(workload)
+        caps_k = {
+            "tap": _pow2_at_least(d["icg"], 16),
+            "flat": _pow2_at_least(d["icg"] * d["kernel_h"] * d["kernel_w"], 16),
+            "rows": _pow2_at_least(rows_channels(d["icg"]) * d["kernel_w"], 16),
+        }
         elem = ELEMENT_BYTES.get(workload.dtype, 2)
         smem = int(device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM)
         knobs = (
@@ -241,6 +288,7 @@ class TritonConv2dTemplate(Template):
             Knob("num_warps", WARPS),
             Knob("num_stages", STAGES),
             Knob("REPACK", _repacks(workload)),
+            Knob("PATCH", patches(workload)),
             *self._tma_knobs(workload, target),
         )
         boxes = {bm: tma_boxes(workload, bm) for bm in BLOCK_MS}
@@ -256,11 +304,17 @@ class TritonConv2dTemplate(Template):
                 ),
             ),
             KnobConstraint(
-                ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
+                ("PATCH", "TMA", "REPACK"),
+                lambda c: (
+                    c["PATCH"] == "tap" or not (c["TMA"] or (c["PATCH"] == "rows" and c["REPACK"]))
+                ),
+            ),
+            KnobConstraint(
+                ("BLOCK_M", "BLOCK_N", "BLOCK_K", "PATCH"),
                 lambda c: (
                     int(c["BLOCK_M"]) <= cap_m
                     and int(c["BLOCK_N"]) <= cap_n
-                    and int(c["BLOCK_K"]) <= cap_k
+                    and int(c["BLOCK_K"]) <= caps_k[str(c["PATCH"])]
                 ),
             ),
             KnobConstraint(
@@ -325,22 +379,41 @@ class TritonConv2dTemplate(Template):
         return SearchSpace(knobs=knobs, constraints=constraints)
 
     def _seeds(self, workload: Workload, target: Target) -> list[Config]:
-        """Known-good tiles: the TMA kernel's where it runs the workload (repacked for NCHW),
-        then the pointer-load kernel's; for NCHW, the channels-last tiles repacked first, then
-        the layout's own tiles read in place."""
+        """Known-good tiles: where a tap's channels pad, padded rows' and flat patch blocks'
+        (NCHW's flat ones repacked first, then in place); the TMA kernel's where it runs the
+        workload (repacked for NCHW); then the pointer-load kernel's, for NCHW the
+        channels-last tiles repacked first, then the layout's own tiles read in place."""
         if is_depthwise(workload):
             return self._plain_seeds(workload)
+        flat = []
+        orders = patches(workload)
+        if "rows" in orders:
+            flat += [
+                Config({**dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True)),
+                        "REPACK": False, "PATCH": "rows", **POINTER_BOX})
+                for bm, bn, bk, w, s in ROWS_SEEDS
+            ]  # fmt: skip
+        if "flat" in orders:
+            for repack in dict.fromkeys((not is_nhwc(workload), False)):
+                flat += [
+                    Config({**dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True)),
+                            "REPACK": repack, "PATCH": "flat", **POINTER_BOX})
+                    for bm, bn, bk, w, s in FLAT_SEEDS
+                ]  # fmt: skip
         tma = []
         if tma_eligible(workload, target):
             for bm, bn, bk, w, s in TMA_SEEDS:
                 for th, tw in tma_boxes(workload, bm)[:1]:
                     tile = dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True))
                     tma.append(
-                        Config({**tile, "REPACK": not is_nhwc(workload), "TMA": True,
-                                "TILE_H": th, "TILE_W": tw})
+                        Config({**tile, "REPACK": not is_nhwc(workload), "PATCH": "tap",
+                                "TMA": True, "TILE_H": th, "TILE_W": tw})
                     )  # fmt: skip
-        plain = [Config({**c.to_dict(), **POINTER_BOX}) for c in self._plain_seeds(workload)]
-        return tma + plain
+        plain = [
+            Config({**c.to_dict(), "PATCH": "tap", **POINTER_BOX})
+            for c in self._plain_seeds(workload)
+        ]
+        return flat + tma + plain
 
     def _plain_seeds(self, workload: Workload) -> list[Config]:
         tiles: dict[str, list[dict[str, int]]] = {}

@@ -12,7 +12,16 @@ pipelines it (``num_stages``) across taps. Every operand is addressed through it
 strides, so one kernel reads NCHW and NHWC (channels_last) alike; Triton specialises a stride
 of 1, so the contiguous dimension's loads are vectorised. GROUP_M orders the tiles so that
 GROUP_M row tiles sweep the columns together (the filters stay in L2). The grid's second axis
-is the group.
+is the group. With ``FLAT`` (``PATCH="flat"``) a step's BLOCK_K columns are instead BLOCK_K
+consecutive indices of the whole (tap, channel) patch, each with its own tap and padding
+mask: few channels a group (ResNet's stem reads 3) then fill the tensor cores' K instead of
+padding each tap's block of 16 with zeros.
+
+``_conv2d_rows_kernel`` (``PATCH="rows"``, one group): the same GEMM over a copy of the input
+that ``_pad_channels_last`` makes in the call: channels-last, the padding written as zeros, C
+rounded up to a power of two (CP). A filter row's KW taps are then KW x CP consecutive
+elements from each output pixel's first, so a step loads them as whole vectors without masks
+(beyond the row, the next pixels' values meet zero filters).
 
 ``_depthwise_kernel`` (one input channel per group): a direct convolution, no GEMM. One
 program computes a block of BLOCK_M output pixels of one image, BLOCK_M / TILE_W rows of
@@ -37,6 +46,7 @@ import triton.language as tl
 
 from tunehub.core import Config, Workload
 from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc, pointwise_gemm
+from tunehub.kernels.triton_conv import rows_channels
 from tunehub.kernels.triton_gemm_kernels import Launch, _tile_coords
 from tunehub.kernels.triton_gemm_limits import TOLERANCE
 
@@ -54,11 +64,11 @@ def _tap_step(step, CHANNEL_BLOCKS, KW, BLOCK_K: tl.constexpr):
 @triton.jit
 def _conv2d_kernel(
     x, w, y,
-    M, H, W, OH, OW, KW, ICG, OCG, STEPS, CHANNEL_BLOCKS,
+    M, H, W, OH, OW, KW, ICG, OCG, STEPS, CHANNEL_BLOCKS, PATCH,
     SH, SW, PH, PW, DH, DW,
     sxn, sxc, sxh, sxw, swo, swc, swh, sww, syn, syo, syh, syw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, IEEE: tl.constexpr,
+    GROUP_M: tl.constexpr, FLAT: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     g = tl.program_id(1)
     pid_m, pid_n = _tile_coords(
@@ -77,18 +87,36 @@ def _conv2d_kernel(
     x_row = x + img.to(tl.int64) * sxn + g * ICG * sxc
     w_col = w + (g * OCG + rn).to(tl.int64) * swo
     col_in = rn < OCG
+    x_pix = x_row + ih0 * sxh + iw0 * sxw  # each row's first tap, for FLAT
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(STEPS):
-        _, c0, fh, fw = _tap_step(step, CHANNEL_BLOCKS, KW, BLOCK_K)
-        ih = ih0 + fh * DH
-        iw = iw0 + fw * DW
-        a_rows = row_in & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        rc = c0 + tl.arange(0, BLOCK_K)
-        c_in = rc < ICG
-        a_ptr = x_row[:, None] + (ih * sxh + iw * sxw)[:, None] + (rc * sxc)[None, :]
-        a = tl.load(a_ptr, mask=a_rows[:, None] & c_in[None, :], other=0.0)
-        b_ptr = w_col[None, :] + (fh * swh + fw * sww) + (rc * swc)[:, None]
-        b = tl.load(b_ptr, mask=c_in[:, None] & col_in[None, :], other=0.0)
+        if FLAT:
+            # BLOCK_K consecutive indices of the flat (tap, channel) K: the tap and channel
+            # of each column, its offset in the input, and the padding per element.
+            rk = step * BLOCK_K + tl.arange(0, BLOCK_K)
+            tap = rk // ICG
+            rc = rk % ICG
+            fh = tap // KW
+            fw = tap % KW
+            k_in = rk < PATCH
+            ih = ih0[:, None] + (fh * DH)[None, :]
+            iw = iw0[:, None] + (fw * DW)[None, :]
+            a_mask = (row_in[:, None] & k_in[None, :]) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            a_ptr = x_pix[:, None] + (fh * DH * sxh + fw * DW * sxw + rc * sxc)[None, :]
+            a = tl.load(a_ptr, mask=a_mask, other=0.0)
+            b_ptr = w_col[None, :] + (fh * swh + fw * sww + rc * swc)[:, None]
+            b = tl.load(b_ptr, mask=k_in[:, None] & col_in[None, :], other=0.0)
+        else:
+            _, c0, fh, fw = _tap_step(step, CHANNEL_BLOCKS, KW, BLOCK_K)
+            ih = ih0 + fh * DH
+            iw = iw0 + fw * DW
+            a_rows = row_in & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            rc = c0 + tl.arange(0, BLOCK_K)
+            c_in = rc < ICG
+            a_ptr = x_row[:, None] + (ih * sxh + iw * sxw)[:, None] + (rc * sxc)[None, :]
+            a = tl.load(a_ptr, mask=a_rows[:, None] & c_in[None, :], other=0.0)
+            b_ptr = w_col[None, :] + (fh * swh + fw * sww) + (rc * swc)[:, None]
+            b = tl.load(b_ptr, mask=c_in[:, None] & col_in[None, :], other=0.0)
         if IEEE:
             acc += tl.dot(a, b, input_precision="ieee")
         else:
@@ -328,20 +356,135 @@ def conv_launches(
         return [*launches, *_tma_launches(x, w, out, d, config, launch_options)]
     rows = d["batch"] * d["oh"] * d["ow"]
     bk = int(config["BLOCK_K"])
+    patch_order = config.get("PATCH", "tap")
+    if patch_order == "rows":
+        return [*launches, *_rows_launches(x, w, out, d, config, launch_options)]
+    flat = patch_order == "flat"
     channel_blocks = triton.cdiv(d["icg"], bk)
-    steps = d["kernel_h"] * d["kernel_w"] * channel_blocks
+    patch = d["kernel_h"] * d["kernel_w"] * d["icg"]
+    steps = triton.cdiv(patch, bk) if flat else d["kernel_h"] * d["kernel_w"] * channel_blocks
     grid = (triton.cdiv(rows, bm) * triton.cdiv(d["ocg"], bn), d["groups"])
     args = (
         x, w, out,
         rows, d["height"], d["width"], d["oh"], d["ow"], d["kernel_w"], d["icg"], d["ocg"],
-        steps, channel_blocks, *conv,
+        steps, channel_blocks, patch, *conv,
         *x.stride(), *w.stride(), *out.stride(),
     )  # fmt: skip
     constants = {
         "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": int(config["GROUP_M"]),
-        "IEEE": workload.dtype == "float32", **launch_options,
+        "FLAT": flat, "IEEE": workload.dtype == "float32", **launch_options,
     }  # fmt: skip
     return [*launches, Launch(_conv2d_kernel, grid, args, constants)]
+
+
+@triton.jit
+def _conv2d_rows_kernel(
+    xp, w, y,
+    M, OH, OW, HP, WP, KH, ICG, OCG, ROW_STEPS, SH, SW, DH,
+    swo, swc, swh, sww, syn, syo, syh, syw,
+    KW: tl.constexpr, CP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    pid_m, pid_n = _tile_coords(
+        tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(OCG, BLOCK_N), GROUP_M
+    )
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ohw = OH * OW
+    img = rm // ohw
+    oh = rm % ohw // OW
+    ow = rm % OW
+    row_in = rm < M
+    col_in = rn < OCG
+    # Each output pixel's first input pixel in the padded buffer (the padding is in it): a
+    # filter row's KW taps are then KW·CP consecutive elements, read as whole vectors.
+    start = ((img * HP + oh * SH) * WP + ow * SW).to(tl.int64) * CP
+    w_col = w + rn.to(tl.int64) * swo
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(KH * ROW_STEPS):
+        fh = step // ROW_STEPS
+        rj = (step % ROW_STEPS) * BLOCK_K + tl.arange(0, BLOCK_K)
+        a_ptr = xp + (start + fh * DH * WP * CP)[:, None] + rj[None, :]
+        a = tl.load(a_ptr, mask=row_in[:, None], other=0.0)
+        # Past a filter row's KW·CP elements the buffer holds the next pixels' (or zeros):
+        # their filter values are zeros, as are the padded channels'.
+        fw = rj // CP
+        rc = rj % CP
+        b_ptr = w_col[None, :] + (fh * swh + fw * sww + rc * swc)[:, None]
+        b_in = (rc < ICG) & (fw < KW)
+        b = tl.load(b_ptr, mask=b_in[:, None] & col_in[None, :], other=0.0)
+        if IEEE:
+            acc += tl.dot(a, b, input_precision="ieee")
+        else:
+            acc += tl.dot(a, b)
+    y_ptr = (
+        y
+        + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
+        + (rn.to(tl.int64) * syo)[None, :]
+    )
+    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=row_in[:, None] & col_in[None, :])
+
+
+@triton.jit
+def _pad_channels_last(
+    src, dst, C, H, W, HP, WP, PH, PW, PIXELS, TOTAL, ssn, ssc, ssh, ssw,
+    CP: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """dst[n, hp, wp, c] (flat, CP channels a pixel, the padding around each image and the
+    channels past C zeros, then zeros up to TOTAL elements) = src[n, c, hp - PH, wp - PW]:
+    BLOCK padded pixels a program, a pixel's CP channels one vector."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    c = tl.arange(0, CP)
+    wp = p % WP
+    hp = p // WP % HP
+    n = p // (WP * HP)
+    h = hp - PH
+    wi = wp - PW
+    ok = (p < PIXELS) & (h >= 0) & (h < H) & (wi >= 0) & (wi < W)
+    src_ptr = src + (n.to(tl.int64) * ssn + h * ssh + wi * ssw)[:, None] + (c * ssc)[None, :]
+    v = tl.load(src_ptr, mask=ok[:, None] & (c < C)[None, :], other=0.0)
+    e = p.to(tl.int64)[:, None] * CP + c[None, :]
+    tl.store(dst + e, v, mask=e < TOTAL)
+
+
+def _rows_launches(
+    x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, d: dict[str, int],
+    config: dict[str, Any], launch_options: dict[str, int],
+) -> list[Launch]:  # fmt: skip
+    """``PATCH="rows"`` (one group, no dilation along W): the input copied into a zero-padded
+    channels-last buffer of ``rows_channels`` (C rounded up to a power of two) a pixel, made
+    in the call and timed with it, then ``_conv2d_rows_kernel``, whose K loop reads one
+    filter row's KW taps a step as consecutive elements (no masks, whole vectors)."""
+    if d["groups"] != 1 or d["dilation_w"] != 1:
+        raise ValueError("PATCH='rows' runs one group without dilation along the width")
+    bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
+    cp = rows_channels(d["icg"])
+    hp, wp = d["height"] + 2 * d["pad_h"], d["width"] + 2 * d["pad_w"]
+    row_steps = triton.cdiv(d["kernel_w"] * cp, bk)
+    real = d["batch"] * hp * wp * cp
+    total = real + row_steps * bk  # a filter row's last block may read past the last pixel
+    if total >= 2**31:
+        raise ValueError(f"the padded input ({total} elements) is past 2**31")
+    xp = torch.empty(total, dtype=x.dtype, device=x.device)
+    block = max(1, 1024 // cp)
+    pad = Launch(
+        _pad_channels_last, (triton.cdiv(triton.cdiv(total, cp), block),),
+        (x, xp, d["icg"], d["height"], d["width"], hp, wp, d["pad_h"], d["pad_w"], real // cp,
+         total, *x.stride()),
+        {"CP": cp, "BLOCK": block, "num_warps": 4},
+    )  # fmt: skip
+    rows = d["batch"] * d["oh"] * d["ow"]
+    grid = (triton.cdiv(rows, bm) * triton.cdiv(d["ocg"], bn),)
+    args = (
+        xp, w, out,
+        rows, d["oh"], d["ow"], hp, wp, d["kernel_h"], d["icg"], d["ocg"], row_steps,
+        d["stride_h"], d["stride_w"], d["dilation_h"], *w.stride(), *out.stride(),
+    )  # fmt: skip
+    constants = {
+        "KW": d["kernel_w"], "CP": cp, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
+        "GROUP_M": int(config["GROUP_M"]), "IEEE": x.dtype == torch.float32, **launch_options,
+    }  # fmt: skip
+    return [pad, Launch(_conv2d_rows_kernel, grid, args, constants)]
 
 
 def tma_tile(block_m: int, tile_h: int, tile_w: int) -> tuple[int, int, int]:
