@@ -612,7 +612,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def merge(runs: list[dict[str, Any]], paths: list[Path]) -> dict[str, Any]:
-    """Steps of one machine (``--operators`` / ``--shapes`` splits) as one result."""
+    """Steps of one machine (``--operators`` / ``--shapes`` splits) as one result. A case
+    (operator and workload) that a later step ran again is taken from the later step; the
+    JSON's ``replaced`` names the earlier files' cases it left out."""
     kinds = {r.get("device_kind") for r in runs}
     devices = {r.get("machine", {}).get("gpu") or r.get("machine", {}).get("cpu") for r in runs}
     if len(kinds) > 1 or len(devices) > 1:
@@ -620,8 +622,16 @@ def merge(runs: list[dict[str, Any]], paths: list[Path]) -> dict[str, Any]:
         raise SystemExit(f"refusing to merge runs of different machines: {names}")
     merged = {k: v for k, v in runs[0].items() if k not in ("cases", "summary", "skipped")}
     merged["merged_from"] = [p.name for p in paths]
-    merged["cases"] = [{**c, "file": p.name} for r, p in zip(runs, paths, strict=True)
-                       for c in r["cases"]]  # fmt: skip
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    replaced = []
+    for r, p in zip(runs, paths, strict=True):
+        for c in r["cases"]:
+            key = (c["op"], c.get("label") or c["name"])
+            if key in latest:
+                replaced.append({"name": c["name"], "file": latest[key]["file"], "by": p.name})
+            latest[key] = {**c, "file": p.name}
+    merged["cases"] = list(latest.values())
+    merged["replaced"] = replaced
     done = {c["op"] for c in merged["cases"]}
     merged["skipped"] = {op: why for r in runs for op, why in r.get("skipped", {}).items()
                          if op not in done}  # fmt: skip

@@ -75,6 +75,12 @@ def test_summary_per_operator_and_merge_of_steps(tmp_path: Path) -> None:
             {"device_kind": "cuda", "machine": {"gpu": "H100"}, "cases": cases[3:]}]  # fmt: skip
     merged = bench.merge(runs, [tmp_path / "a.json", tmp_path / "b.json"])
     assert set(merged["summary"]) == {"bmm", "attention"} and merged["skipped"] == {}
+    # A later step's run of a case replaces the earlier one's.
+    rerun = {**cases[1], "vs_vendor": 2.0, "served": "tuned"}
+    runs.append({"device_kind": "cuda", "machine": {"gpu": "H100"}, "cases": [rerun]})
+    merged = bench.merge(runs, [tmp_path / f"{n}.json" for n in "abc"])
+    assert len(merged["cases"]) == 3 and merged["summary"]["bmm"]["min_vs_vendor"] == 2.0
+    assert merged["replaced"] == [{"name": "bmm-0.5", "file": "a.json", "by": "c.json"}]
     with pytest.raises(SystemExit, match="different machines"):
         bench.merge([runs[0], {**runs[1], "machine": {"gpu": "H200"}}], [tmp_path] * 2)
 
