@@ -139,6 +139,10 @@ def test_patch_orders_are_in_the_space_where_a_tap_pads() -> None:
     assert m.shape[0] == 2
     grouped = conv(groups=2, in_channels=6, out_channels=4, dtype="float16")
     assert {c["PATCH"] for c in t.space(grouped, H100).points} == {"tap", "flat"}
+    # 65,535 images padded to 100 x 100 pixels of 4 channels are past 2**31 elements.
+    huge = conv(in_channels=3, out_channels=1, height=40, width=40, batch=65_535, kernel_h=7,
+                kernel_w=7, pad_h=30, pad_w=30, dtype="float32")  # fmt: skip
+    assert {c["PATCH"] for c in t.space(huge, H100).points} == {"tap", "flat"}
     for workload in (
         conv(in_channels=64, out_channels=64, dtype="float16"),  # whole blocks of channels
         conv(groups=4, out_channels=4, dtype="float16"),  # depthwise: the direct kernel

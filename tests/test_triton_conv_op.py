@@ -53,6 +53,18 @@ CASES = {
         dict(padding=(0, 1), dilation=(1, 2)),
         {**TILE, "TMA": True, "TILE_H": 1, "TILE_W": 16, "BLOCK_M": 16, "REPACK": True},
     ),
+    "nchw stem-like rows, padded copy": (
+        (2, 3, 11, 9),
+        (8, 3, 7, 7),
+        dict(stride=2, padding=3),
+        {**TILE, "PATCH": "rows"},
+    ),
+    "nhwc flat patch blocks": (
+        (2, 3, 7, 6),
+        (8, 3, 3, 3),
+        dict(padding=1, dilation=(2, 1)),
+        {**TILE, "PATCH": "flat"},
+    ),
     "nchw depthwise": (
         (2, 4, 6, 6),
         (4, 1, 3, 3),

@@ -172,14 +172,18 @@ def patches(workload: Workload) -> tuple[str, ...]:
     """The implicit GEMM's K orders (``PATCH``) for the workload: ``tap`` always; ``flat``
     where C/groups is no multiple of 16 (a tap's block of channels pads with zeros); ``rows``
     there too for one group without dilation along W, if a filter row (KW x C rounded up to a
-    power of two) is at most 128 elements."""
+    power of two) is at most 128 elements and the padded copy of the input is addressable in
+    32 bits."""
     d = conv_dims(workload)
     if is_depthwise(workload) or d["icg"] % 16 == 0:
         return ("tap",)
+    cp = rows_channels(d["icg"])
+    padded = d["batch"] * (d["height"] + 2 * d["pad_h"]) * (d["width"] + 2 * d["pad_w"]) * cp
     rows = (
         d["groups"] == 1
         and d["dilation_w"] == 1
-        and d["kernel_w"] * rows_channels(d["icg"]) <= max(BLOCK_KS)
+        and d["kernel_w"] * cp <= max(BLOCK_KS)
+        and padded + max(BLOCK_KS) < 2**31
     )
     return PATCHES if rows else PATCHES[:2]
 
