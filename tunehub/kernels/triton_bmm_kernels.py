@@ -29,17 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tunehub.kernels.triton_gemm_kernels import _compile_like_jit, _FakeTensor
-
-
-@triton.jit
-def _swizzle(tile, grid_m, grid_n, GROUP_M: tl.constexpr):
-    width = GROUP_M * grid_n
-    first_m = (tile // width) * GROUP_M
-    size_m = tl.minimum(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % width) % size_m
-    pid_n = (tile % width) // size_m
-    return pid_m, pid_n
+from tunehub.kernels.triton_gemm_kernels import _compile_like_jit, _FakeTensor, _tile_coords
 
 
 @triton.jit
@@ -79,7 +69,7 @@ def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BATCH,
     else:
         entry = pid % BATCH
         tile = pid // BATCH
-    pid_m, pid_n = _swizzle(tile, grid_m, grid_n, GROUP_M)
+    pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
     e = entry.to(tl.int64)
     _tile(a_ptr + e * sab, b_ptr + e * sbb, c_ptr + e * scb, M, N, K, sam, sak, sbk, sbn,
           scm, scn, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)  # fmt: skip
@@ -116,7 +106,7 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, N, K, G, TILE_BOUND,
     for tile in range(tl.program_id(0), TILE_BOUND, tl.num_programs(0)):
         group, first, row0, rows, seen = _group_of(tile, offs_ptr, G, grid_n, BLOCK_M)
         if tile < seen:
-            pid_m, pid_n = _swizzle(tile - first, tl.cdiv(rows, BLOCK_M), grid_n, GROUP_M)
+            pid_m, pid_n = _tile_coords(tile - first, tl.cdiv(rows, BLOCK_M), grid_n, GROUP_M)
             r0 = tl.cast(row0, tl.int64)
             _tile(a_ptr + r0 * sam, b_ptr + tl.cast(group, tl.int64) * sbg, c_ptr + r0 * scm, rows,
                   N, K, sam, sak, sbk, sbn, scm, scn, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K,
@@ -135,7 +125,7 @@ def grouped_tma_kernel(a_desc, b_desc, c_ptr, offs_ptr, N, K, G, TILE_BOUND, scm
     for tile in range(tl.program_id(0), TILE_BOUND, tl.num_programs(0)):
         group, first, row0, rows, seen = _group_of(tile, offs_ptr, G, grid_n, BLOCK_M)
         if tile < seen:
-            pid_m, pid_n = _swizzle(tile - first, tl.cdiv(rows, BLOCK_M), grid_n, GROUP_M)
+            pid_m, pid_n = _tile_coords(tile - first, tl.cdiv(rows, BLOCK_M), grid_n, GROUP_M)
             m0 = row0 + pid_m * BLOCK_M
             n0 = pid_n * BLOCK_N
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
