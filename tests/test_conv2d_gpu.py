@@ -4,6 +4,7 @@ layouts), its space, and its measurement and cuDNN baseline's through the templa
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -284,3 +285,15 @@ def test_triton_conv2d_and_cudnn_measure_checked_times(name: str, tmp_path: Path
     )
     assert result.status is MeasureStatus.OK, result.error
     assert result.environment["relative_error"] <= result.environment["tolerance"]
+
+
+@pytest.mark.parametrize("patch", ["flat", "rows"])
+def test_a_non_finite_input_reaches_only_the_outputs_whose_window_holds_it(patch: str) -> None:
+    # The rows order reads past a filter row into the next pixels (their filters are zeros):
+    # an infinity there must not reach outputs whose window does not hold it (inf x 0 = nan).
+    w = conv(data_layout="nhwc", dtype="float32", **STEM_LIKE)
+    ops = ck.operands(w, torch.device("cpu"), seed=13)
+    ops.x[0, 1, 5, 4] = math.inf
+    ck.bind(ops, {**TILE, "PATCH": patch})()
+    expected = torch.nn.functional.conv2d(ops.x, ops.w, **ck.torch_args(w))
+    assert torch.equal(torch.isfinite(ops.out), torch.isfinite(expected))

@@ -20,8 +20,8 @@ padding each tap's block of 16 with zeros.
 ``_conv2d_rows_kernel`` (``PATCH="rows"``, one group): the same GEMM over a copy of the input
 that ``_pad_channels_last`` makes in the call: channels-last, the padding written as zeros, C
 rounded up to a power of two (CP). A filter row's KW taps are then KW x CP consecutive
-elements from each output pixel's first, so a step loads them as whole vectors without masks
-(beyond the row, the next pixels' values meet zero filters).
+elements from each output pixel's first, so a step loads them as whole vectors, masked only
+by row and by the row's end (a multiple of CP).
 
 ``_depthwise_kernel`` (one input channel per group): a direct convolution, no GEMM. One
 program computes a block of BLOCK_M output pixels of one image, BLOCK_M / TILE_W rows of
@@ -405,9 +405,10 @@ def _conv2d_rows_kernel(
         fh = step // ROW_STEPS
         rj = (step % ROW_STEPS) * BLOCK_K + tl.arange(0, BLOCK_K)
         a_ptr = xp + (start + fh * DH * WP * CP)[:, None] + rj[None, :]
-        a = tl.load(a_ptr, mask=row_in[:, None], other=0.0)
-        # Past a filter row's KW·CP elements the buffer holds the next pixels' (or zeros):
-        # their filter values are zeros, as are the padded channels'.
+        # The block's columns past the filter row (KW·CP, a multiple of CP: whole vectors
+        # stay whole) are not read: the next pixels' values, an infinity among them, must not
+        # meet the zero filters there.
+        a = tl.load(a_ptr, mask=row_in[:, None] & (rj < KW * CP)[None, :], other=0.0)
         fw = rj // CP
         rc = rj % CP
         b_ptr = w_col[None, :] + (fh * swh + fw * sww + rc * swc)[:, None]
@@ -427,12 +428,12 @@ def _conv2d_rows_kernel(
 
 @triton.jit
 def _pad_channels_last(
-    src, dst, C, H, W, HP, WP, PH, PW, PIXELS, TOTAL, ssn, ssc, ssh, ssw,
+    src, dst, C, H, W, HP, WP, PH, PW, PIXELS, ssn, ssc, ssh, ssw,
     CP: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """dst[n, hp, wp, c] (flat, CP channels a pixel, the padding around each image and the
-    channels past C zeros, then zeros up to TOTAL elements) = src[n, c, hp - PH, wp - PW]:
-    BLOCK padded pixels a program, a pixel's CP channels one vector."""
+    channels past C zeros) = src[n, c, hp - PH, wp - PW]: BLOCK padded pixels a program, a
+    pixel's CP channels one vector."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     c = tl.arange(0, CP)
     wp = p % WP
@@ -444,7 +445,7 @@ def _pad_channels_last(
     src_ptr = src + (n.to(tl.int64) * ssn + h * ssh + wi * ssw)[:, None] + (c * ssc)[None, :]
     v = tl.load(src_ptr, mask=ok[:, None] & (c < C)[None, :], other=0.0)
     e = p.to(tl.int64)[:, None] * CP + c[None, :]
-    tl.store(dst + e, v, mask=e < TOTAL)
+    tl.store(dst + e, v, mask=(p < PIXELS)[:, None])
 
 
 def _rows_launches(
@@ -454,23 +455,22 @@ def _rows_launches(
     """``PATCH="rows"`` (one group, no dilation along W): the input copied into a zero-padded
     channels-last buffer of ``rows_channels`` (C rounded up to a power of two) a pixel, made
     in the call and timed with it, then ``_conv2d_rows_kernel``, whose K loop reads one
-    filter row's KW taps a step as consecutive elements (no masks, whole vectors)."""
+    filter row's KW taps a step as consecutive elements (whole vectors)."""
     if d["groups"] != 1 or d["dilation_w"] != 1:
         raise ValueError("PATCH='rows' runs one group without dilation along the width")
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     cp = rows_channels(d["icg"])
     hp, wp = d["height"] + 2 * d["pad_h"], d["width"] + 2 * d["pad_w"]
     row_steps = triton.cdiv(d["kernel_w"] * cp, bk)
-    real = d["batch"] * hp * wp * cp
-    total = real + row_steps * bk  # a filter row's last block may read past the last pixel
-    if total >= 2**31:
-        raise ValueError(f"the padded input ({total} elements) is past 2**31")
-    xp = torch.empty(total, dtype=x.dtype, device=x.device)
+    pixels = d["batch"] * hp * wp
+    if pixels * cp >= 2**31:
+        raise ValueError(f"the padded input ({pixels * cp} elements) is past 2**31")
+    xp = torch.empty(pixels * cp, dtype=x.dtype, device=x.device)
     block = max(1, 1024 // cp)
     pad = Launch(
-        _pad_channels_last, (triton.cdiv(triton.cdiv(total, cp), block),),
-        (x, xp, d["icg"], d["height"], d["width"], hp, wp, d["pad_h"], d["pad_w"], real // cp,
-         total, *x.stride()),
+        _pad_channels_last, (triton.cdiv(pixels, block),),
+        (x, xp, d["icg"], d["height"], d["width"], hp, wp, d["pad_h"], d["pad_w"], pixels,
+         *x.stride()),
         {"CP": cp, "BLOCK": block, "num_warps": 4},
     )  # fmt: skip
     rows = d["batch"] * d["oh"] * d["ow"]
