@@ -62,6 +62,25 @@ def _tap_step(step, CHANNEL_BLOCKS, KW, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def _mma(acc, a, b, IEEE: tl.constexpr):
+    # acc + a @ b, float32 operands at full precision (IEEE) or on TF32.
+    if IEEE:
+        return acc + tl.dot(a, b, input_precision="ieee")
+    return acc + tl.dot(a, b)
+
+
+@triton.jit
+def _store_pixels(y, acc, img, oh, ow, oc, syn, syo, syh, syw, mask):
+    # The tile's rows are output pixels (image, row, column), its columns output channels.
+    y_ptr = (
+        y
+        + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
+        + (oc.to(tl.int64) * syo)[None, :]
+    )
+    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _conv2d_kernel(
     x, w, y,
     M, H, W, OH, OW, KW, ICG, OCG, STEPS, CHANNEL_BLOCKS, PATCH,
@@ -117,16 +136,10 @@ def _conv2d_kernel(
             a = tl.load(a_ptr, mask=a_rows[:, None] & c_in[None, :], other=0.0)
             b_ptr = w_col[None, :] + (fh * swh + fw * sww) + (rc * swc)[:, None]
             b = tl.load(b_ptr, mask=c_in[:, None] & col_in[None, :], other=0.0)
-        if IEEE:
-            acc += tl.dot(a, b, input_precision="ieee")
-        else:
-            acc += tl.dot(a, b)
-    y_ptr = (
-        y
-        + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
-        + ((g * OCG + rn).to(tl.int64) * syo)[None, :]
+        acc = _mma(acc, a, b, IEEE)
+    _store_pixels(
+        y, acc, img, oh, ow, g * OCG + rn, syn, syo, syh, syw, row_in[:, None] & col_in[None, :]
     )
-    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=row_in[:, None] & col_in[None, :])
 
 
 @triton.jit
@@ -157,22 +170,14 @@ def _conv2d_tma_kernel(
         # The filters as an O x (KH·KW·ICG) matrix: a block of channels past ICG reads the
         # next tap's filters, multiplied by the zeros loaded for them.
         b = w_desc.load([oc0, tap * ICG + c0])
-        if IEEE:
-            acc += tl.dot(a, b.T, input_precision="ieee")
-        else:
-            acc += tl.dot(a, b.T)
+        acc = _mma(acc, a, b.T, IEEE)
     i = tl.arange(0, BLOCK_M)
     img = n0 + i // (TILE_H * TILE_W)
     oh = oh0 + i // TILE_W % TILE_H
     ow = ow0 + i % TILE_W
     rn = oc0 + tl.arange(0, BLOCK_N)
-    y_ptr = (
-        y
-        + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
-        + (rn.to(tl.int64) * syo)[None, :]
-    )
     ok = (img < BATCH) & (oh < OH) & (ow < OW)
-    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=ok[:, None] & (rn < OCG)[None, :])
+    _store_pixels(y, acc, img, oh, ow, rn, syn, syo, syh, syw, ok[:, None] & (rn < OCG)[None, :])
 
 
 @triton.jit
@@ -212,12 +217,7 @@ def _depthwise_kernel(
             )
             f = tl.load(w_col + fh * swh + fw * sww, mask=col_in, other=0.0)
             acc += a.to(tl.float32) * f.to(tl.float32)[None, :]
-    y_ptr = (
-        y
-        + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
-        + (rn.to(tl.int64) * syo)[None, :]
-    )
-    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=rows[:, None] & col_in[None, :])
+    _store_pixels(y, acc, img, oh, ow, rn, syn, syo, syh, syw, rows[:, None] & col_in[None, :])
 
 
 @triton.jit
@@ -414,16 +414,8 @@ def _conv2d_rows_kernel(
         b_ptr = w_col[None, :] + (fh * swh + fw * sww + rc * swc)[:, None]
         b_in = (rc < ICG) & (fw < KW)
         b = tl.load(b_ptr, mask=b_in[:, None] & col_in[None, :], other=0.0)
-        if IEEE:
-            acc += tl.dot(a, b, input_precision="ieee")
-        else:
-            acc += tl.dot(a, b)
-    y_ptr = (
-        y
-        + (img.to(tl.int64) * syn + oh * syh + ow * syw)[:, None]
-        + (rn.to(tl.int64) * syo)[None, :]
-    )
-    tl.store(y_ptr, acc.to(y.dtype.element_ty), mask=row_in[:, None] & col_in[None, :])
+        acc = _mma(acc, a, b, IEEE)
+    _store_pixels(y, acc, img, oh, ow, rn, syn, syo, syh, syw, row_in[:, None] & col_in[None, :])
 
 
 @triton.jit
