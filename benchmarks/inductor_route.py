@@ -334,16 +334,23 @@ def bmm(report: dict[str, Any]) -> None:
     print(f"bmm: Inductor's template over triton.bmm, time geomean {geomean:.3f}")
 
 
-def own_convs() -> dict[str, tuple[Any, dict[str, Any] | None]]:
-    """Small fp16 convolution models, one kind of site each, and a config override (None:
-    the template's default: on Hopper the TMA kernel, for NCHW on channels-last copies made
-    inside the op)."""
+def own_convs() -> dict[str, tuple[Any, dict[str, Any] | None, tuple[int, ...]]]:
+    """Small fp16 convolution models, one kind of site each, a config override (None: the
+    template's default: on Hopper the TMA kernel, for NCHW on channels-last copies made inside
+    the op; for a stem on 3 channels the padded-rows order, its copy made inside the op) and
+    the input's shape."""
     import torch
 
     class Conv(torch.nn.Module):
-        def __init__(self, groups: int = 1, bias: bool = True, nhwc: bool = False) -> None:
+        def __init__(
+            self, groups: int = 1, bias: bool = True, nhwc: bool = False, channels: int = 64,
+            kernel: int = 3, stride: int = 1,
+        ) -> None:  # fmt: skip
             super().__init__()
-            self.conv = torch.nn.Conv2d(64, 64, 3, padding=1, groups=groups, bias=bias)
+            self.conv = torch.nn.Conv2d(
+                channels, 64, kernel, stride=stride, padding=kernel // 2, groups=groups,
+                bias=bias,
+            )  # fmt: skip
             self.nhwc = nhwc
 
         def forward(self, x: Any) -> Any:
@@ -354,11 +361,15 @@ def own_convs() -> dict[str, tuple[Any, dict[str, Any] | None]]:
 
     in_place = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
                 "num_stages": 3, "REPACK": False}  # fmt: skip
+    flat = {**in_place, "BLOCK_M": 128, "PATCH": "flat"}
+    small, stem = (8, 64, 28, 28), (8, 3, 56, 56)
     return {
-        "nchw 3x3 repack": (Conv(), None),
-        "nchw 3x3 in place": (Conv(), in_place),
-        "nhwc 3x3": (Conv(nhwc=True), None),
-        "depthwise 3x3": (Conv(groups=64, bias=False), None),
+        "nchw 3x3 repack": (Conv(), None, small),
+        "nchw 3x3 in place": (Conv(), in_place, small),
+        "nhwc 3x3": (Conv(nhwc=True), None, small),
+        "depthwise 3x3": (Conv(groups=64, bias=False), None, small),
+        "nchw stem 7x7/2 rows": (Conv(channels=3, kernel=7, stride=2), None, stem),
+        "nhwc stem 7x7/2 flat": (Conv(channels=3, kernel=7, stride=2, nhwc=True), flat, stem),
     }
 
 
@@ -472,11 +483,17 @@ def own(report: dict[str, Any]) -> None:
                 rows.append(row)
                 print(f"own {name} {mode}: {row}")
 
-    x = torch.randn(8, 64, 28, 28, device="cuda", dtype=torch.float16)
-    for name, (net, override) in own_convs().items():
-        net = net.to("cuda", torch.float16).eval()
-        run(name, net, (x,), conv_site, "triton.conv2d", override)
-    for causal in (False, True):
+    only = [c for c in report.get("own_cases", "").split(",") if c]
+
+    def wanted(name: str) -> bool:
+        return not only or any(c in name for c in only)
+
+    for name, (net, override, shape) in own_convs().items():
+        if wanted(name):
+            x = torch.randn(shape, device="cuda", dtype=torch.float16)
+            net = net.to("cuda", torch.float16).eval()
+            run(name, net, (x,), conv_site, "triton.conv2d", override)
+    for causal in (False, True) if wanted("sdpa") else ():
         q, k, v = (
             torch.randn(2, 16, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3)
         )
@@ -500,7 +517,8 @@ def own(report: dict[str, Any]) -> None:
     xs = torch.randn(4, 512, 768, device="cuda", dtype=torch.float16)
     ws = torch.randn(768, 3 * 768, device="cuda", dtype=torch.float16) / 28
     ptr = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
-    run("sdpa projected", project, (xs, ws), attention_site, "triton.attention", ptr)
+    if wanted("sdpa projected"):
+        run("sdpa projected", project, (xs, ws), attention_site, "triton.attention", ptr)
     CHOOSER.clear()
     PLANNED.clear()
     report["own"] = rows
@@ -588,6 +606,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", default="check,op,mapping")
+    parser.add_argument(
+        "--own-cases", default="", help="the own step's cases holding these (e.g. stem,sdpa)"
+    )
     args = parser.parse_args()
     import torch
     import triton
@@ -598,6 +619,7 @@ def main() -> int:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "own_cases": args.own_cases,
     }
     print(report)
     for step in args.steps.split(","):
