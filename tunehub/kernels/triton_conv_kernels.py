@@ -81,6 +81,22 @@ def _store_pixels(y, acc, img, oh, ow, oc, syn, syo, syh, syw, mask):
 
 
 @triton.jit
+def _pixel_tile(
+    M, OCG, OH, OW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr
+):
+    # The program's tile (grid axis 0, GROUP_M order) of the GEMM C[M = N·OH·OW, OCG]: its
+    # rows and columns, and each row's output pixel (image, row, column).
+    pid_m, pid_n = _tile_coords(
+        tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(OCG, BLOCK_N), GROUP_M
+    )
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ohw = OH * OW
+    pix = rm % ohw
+    return rm, rn, rm // ohw, pix // OW, pix % OW
+
+
+@triton.jit
 def _conv2d_kernel(
     x, w, y,
     M, H, W, OH, OW, KW, ICG, OCG, STEPS, CHANNEL_BLOCKS, PATCH,
@@ -90,16 +106,7 @@ def _conv2d_kernel(
     GROUP_M: tl.constexpr, FLAT: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     g = tl.program_id(1)
-    pid_m, pid_n = _tile_coords(
-        tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(OCG, BLOCK_N), GROUP_M
-    )
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ohw = OH * OW
-    img = rm // ohw
-    pix = rm % ohw
-    oh = pix // OW
-    ow = pix % OW
+    rm, rn, img, oh, ow = _pixel_tile(M, OCG, OH, OW, BLOCK_M, BLOCK_N, GROUP_M)
     ih0 = oh * SH - PH
     iw0 = ow * SW - PW
     row_in = rm < M
@@ -385,15 +392,7 @@ def _conv2d_rows_kernel(
     KW: tl.constexpr, CP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    pid_m, pid_n = _tile_coords(
-        tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(OCG, BLOCK_N), GROUP_M
-    )
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ohw = OH * OW
-    img = rm // ohw
-    oh = rm % ohw // OW
-    ow = rm % OW
+    rm, rn, img, oh, ow = _pixel_tile(M, OCG, OH, OW, BLOCK_M, BLOCK_N, GROUP_M)
     row_in = rm < M
     col_in = rn < OCG
     # Each output pixel's first input pixel in the padded buffer (the padding is in it): a
