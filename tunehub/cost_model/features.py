@@ -633,6 +633,8 @@ def _triton_conv(
     # The K loop's order (PATCH), and the share of its columns that are real patch: a tap's
     # channels padded to BLOCK_K, the whole patch padded to it, or a filter row of KW pixels
     # of C rounded up to a power of two, padded to it.
+    from tunehub.kernels.triton_conv import rows_channels
+
     order = _strings(configs, "PATCH", "tap")
     flat = np.array([o == "flat" for o in order], dtype=np.float64)
     rows = np.array([o == "rows" for o in order], dtype=np.float64)
@@ -640,7 +642,7 @@ def _triton_conv(
     kw = float(int(workload.param("kernel_w")))
     patch = float(icg) * float(int(workload.param("kernel_h"))) * kw
     bk = _knob(configs, "BLOCK_K", 16)
-    row = kw * float(1 << max(0, (icg - 1).bit_length()))
+    row = kw * float(rows_channels(icg))
     out["patch_flat"] = flat
     out["patch_rows"] = rows
     out["k_useful"] = np.select(
