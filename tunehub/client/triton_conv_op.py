@@ -27,9 +27,7 @@ from torch.library import triton_op
 
 from tunehub.client.triton_op import launch_traced
 from tunehub.core import Workload
-from tunehub.kernels.triton_gemm_kernels import Launch
 from tunehub.kernels.triton_gemm_limits import dtype_name
-from tunehub.kernels.triton_gemm_traced import traceable
 
 OP = "tunehub::triton_conv2d"
 
@@ -101,7 +99,5 @@ def triton_conv2d(
     if not nhwc:
         x, w = x.contiguous(), w.contiguous()
     for launch in kernels.conv_launches(x, w, out, workload, cfg):
-        # The TMA kernel's host descriptors go into a traced call as base tensor + block shape.
-        args = tuple(traceable(arg) for arg in launch.args)
-        launch_traced(Launch(launch.kernel, launch.grid, args, launch.kwargs))
+        launch_traced(launch)
     return out

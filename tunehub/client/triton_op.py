@@ -83,21 +83,23 @@ def triton_gemm(
 
 
 def launch_traced(launch: Any) -> None:
-    """One of ``traced_launches``' launches through ``wrap_triton``; host TMA descriptors
-    among its arguments go into the traced kernel call as base tensor + block shape."""
+    """A launch (``traced_launches``', ``conv_launches``') through ``wrap_triton``; host TMA
+    descriptors among its arguments go into the traced kernel call as base tensor + block
+    shape (``traceable``)."""
     from torch._higher_order_ops.triton_kernel_wrap import TraceableTritonKernelWrapper
     from triton.tools.tensor_descriptor import TensorDescriptor
 
+    from tunehub.kernels.triton_gemm_traced import traceable
+
     kernel = wrap_triton(launch.kernel)  # traceable only while tracing, and not interpreted
-    values = (*launch.args, *launch.kwargs.values())
+    args = tuple(traceable(arg) for arg in launch.args)
+    values = (*args, *launch.kwargs.values())
     if isinstance(kernel, TraceableTritonKernelWrapper) and any(
         isinstance(v, TensorDescriptor) for v in values
     ):
-        _hopifier().call_triton_kernel(
-            kernel[launch.grid], list(launch.args), dict(launch.kwargs), None
-        )
+        _hopifier().call_triton_kernel(kernel[launch.grid], list(args), dict(launch.kwargs), None)
     else:  # run (or interpreted): the kernel takes the descriptors themselves
-        kernel[launch.grid](*launch.args, **launch.kwargs)
+        kernel[launch.grid](*args, **launch.kwargs)
 
 
 @lru_cache(maxsize=1)

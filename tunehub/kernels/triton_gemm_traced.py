@@ -78,11 +78,7 @@ def traced_launches(
     problem = _Problem(
         m, n, k, name, epilogue, allow_tf32, (sam, sak), (sbk, sbn), a_layout, b_layout
     )
-    launches = _launches(problem, cfg, (a, b, out, bias, workspace, counts), num_sms)
-    return pad + [
-        Launch(x.kernel, x.grid, tuple(traceable(arg) for arg in x.args), x.kwargs)
-        for x in launches
-    ]
+    return pad + _launches(problem, cfg, (a, b, out, bias, workspace, counts), num_sms)
 
 
 def traceable(arg: Any) -> Any:
