@@ -8,7 +8,8 @@ tunehub's policy (L2 flushed, CUDA-graph replay, median), torch.bmm timed before
 - ``pointer``: ``bmm_kernel`` with the suite's tuned configs (pointer loads and stores).
 - ``pst``: the same pointer loads, C written through a 3-D TMA descriptor (one entry a box).
 - ``pers``: persistent (one program per SM, or two), A, B and C through 3-D TMA descriptors,
-  the tile loop flattened or not, the store of a tile as one box or two halves (``SUB``).
+  the tile loop flattened or not, the store of a tile as one box or two halves (``SUB``) or
+  through pointers (``STORE_TMA`` off); ``WS``: Triton's warp specialisation of the loop.
 
     PYTHONPATH=. python3 benchmarks/probes/bmm_store.py --out "$OUT/bmm_store.json"
 """
@@ -73,16 +74,25 @@ def bmm_pst_kernel(a_ptr, b_ptr, c_desc, M, N, K, sab, sam, sak, sbb, sbk, sbn,
 
 
 @triton.jit
-def bmm_pers_kernel(a_desc, b_desc, c_desc, M, N, K, BATCH,
+def bmm_pers_kernel(a_desc, b_desc, c_desc, c_ptr, M, N, K, BATCH, scb, scm,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    GROUP_M: tl.constexpr, FLATTEN: tl.constexpr,
-                    SUB: tl.constexpr):  # type: ignore[no-untyped-def]  # fmt: skip
+                    GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, SUB: tl.constexpr,
+                    STORE_TMA: tl.constexpr, DEVICE_DESC: tl.constexpr,
+                    WS: tl.constexpr):  # type: ignore[no-untyped-def]  # fmt: skip
+    if DEVICE_DESC:  # ``a_desc`` etc. are the tensors: descriptors built here (for WS)
+        a_desc = tl.make_tensor_descriptor(a_desc, shape=[BATCH, M, K], strides=[M * K, K, 1],
+                                           block_shape=[1, BLOCK_M, BLOCK_K])  # fmt: skip
+        b_desc = tl.make_tensor_descriptor(b_desc, shape=[BATCH, K, N], strides=[K * N, N, 1],
+                                           block_shape=[1, BLOCK_K, BLOCK_N])  # fmt: skip
+        c_desc = tl.make_tensor_descriptor(c_desc, shape=[BATCH, M, N], strides=[M * N, N, 1],
+                                           block_shape=[1, BLOCK_M, BLOCK_N])  # fmt: skip
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
     per_entry = grid_m * grid_n
     total = per_entry * BATCH
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for t in tl.range(tl.program_id(0), total, tl.num_programs(0), flatten=FLATTEN):
+    for t in tl.range(tl.program_id(0), total, tl.num_programs(0), flatten=FLATTEN,
+                      warp_specialize=WS):  # fmt: skip
         entry = t // per_entry
         pid_m, pid_n = _tile_coords(t % per_entry, grid_m, grid_n, GROUP_M)
         m0 = pid_m * BLOCK_M
@@ -92,13 +102,21 @@ def bmm_pers_kernel(a_desc, b_desc, c_desc, M, N, K, BATCH,
             a = a_desc.load([entry, m0, kk * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)
             b = b_desc.load([entry, kk * BLOCK_K, n0]).reshape(BLOCK_K, BLOCK_N)
             acc = tl.dot(a, b, acc)
-        c = acc.to(c_desc.dtype)
-        if SUB:
-            c0, c1 = c.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1).split()
-            c_desc.store([entry, m0, n0], c0.reshape(1, BLOCK_M, BLOCK_N // 2))
-            c_desc.store([entry, m0, n0 + BLOCK_N // 2], c1.reshape(1, BLOCK_M, BLOCK_N // 2))
+        if STORE_TMA:
+            c = acc.to(c_desc.dtype)
+            if SUB:
+                c0, c1 = c.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1).split()
+                c_desc.store([entry, m0, n0], c0.reshape(1, BLOCK_M, BLOCK_N // 2))
+                c_desc.store([entry, m0, n0 + BLOCK_N // 2],
+                             c1.reshape(1, BLOCK_M, BLOCK_N // 2))  # fmt: skip
+            else:
+                c_desc.store([entry, m0, n0], c.reshape(1, BLOCK_M, BLOCK_N))
         else:
-            c_desc.store([entry, m0, n0], c.reshape(1, BLOCK_M, BLOCK_N))
+            rm = m0 + tl.arange(0, BLOCK_M)
+            rn = n0 + tl.arange(0, BLOCK_N)
+            ptrs = c_ptr + entry.to(tl.int64) * scb + rm[:, None].to(tl.int64) * scm + rn[None, :]
+            tl.store(ptrs, acc.to(c_ptr.dtype.element_ty),
+                     mask=(rm[:, None] < M) & (rn[None, :] < N))  # fmt: skip
 
 
 def desc(t: Any, box: list[int]) -> Any:
@@ -125,36 +143,48 @@ def pers_launch(a: Any, b: Any, c: Any, cfg: dict[str, Any], sms: int) -> Any:
     batch, m, k = a.shape
     n = b.shape[-1]
     sub = cfg["SUB"]
-    ad, bd = desc(a, [1, bm, bk]), desc(b, [1, bk, bn])
-    cd = desc(c, [1, bm, bn // 2 if sub else bn])
+    ws = cfg.get("WS", False)
+    if ws:
+        ad, bd, cd = a, b, c
+    else:
+        ad, bd = desc(a, [1, bm, bk]), desc(b, [1, bk, bn])
+        cd = desc(c, [1, bm, bn // 2 if sub else bn])
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn) * batch
     grid = (min(tiles, sms * cfg["PROGRAMS"]),)
     meta = {key: cfg[key] for key in KEYS}
+    flags = {"FLATTEN": cfg["FLATTEN"], "SUB": sub, "STORE_TMA": cfg.get("STORE_TMA", True),
+             "DEVICE_DESC": ws, "WS": ws}  # fmt: skip
 
     def launch() -> None:
-        bmm_pers_kernel[grid](ad, bd, cd, m, n, k, batch, **meta, FLATTEN=cfg["FLATTEN"], SUB=sub)
+        bmm_pers_kernel[grid](ad, bd, cd, c, m, n, k, batch, c.stride(0), c.stride(1),
+                              **meta, **flags)  # fmt: skip
 
     return launch
 
 
 def pst_configs() -> list[dict[str, Any]]:
-    out = []
-    for bn, w, s in ((128, 4, 2), (128, 4, 3), (128, 8, 3), (256, 8, 2), (256, 8, 3)):
-        out.append(dict(zip(KEYS, (128, bn, 64, 8, w, s), strict=True)))
-    return out
+    return []  # run 1 (bmm_store-h200-20261127T0520): no gain over pointer stores
 
 
 def pers_configs() -> list[dict[str, Any]]:
-    # A 128 x 256 tile's fp32 accumulator needs 8 warps (128 registers a thread).
+    # Run 2: flattened only (run 1: unflattened 0.59-0.72x), TMA and pointer stores, 256-row
+    # tiles, the tile order; warp specialisation last (unflattened, 4 warps, device
+    # descriptors: Triton 3.6's limits for it on sm_90).
     out = []
-    for (flat, progs), sub, (bn, w), (bk, s) in itertools.product(
-        ((True, 1), (False, 1), (False, 2)), (True, False),
-        ((128, 4), (256, 8), (128, 8)), ((64, 3), (64, 4), (128, 2), (64, 2)),
+    for (bm, bn, w), (bk, s), g, store in itertools.product(
+        ((128, 256, 8), (256, 128, 8), (128, 128, 4), (128, 128, 8), (256, 256, 8)),
+        ((64, 3), (64, 4), (128, 2), (64, 2), (32, 4)), (8, 1, 32), (True, False),
     ):  # fmt: skip
-        if (128 + bn) * bk * 2 * s + 128 * bn * 2 > 220_000:
+        staging = bm * bn * 2 if store else 0
+        if (bm + bn) * bk * 2 * s + staging > 225_000 or bm * bn / (32 * w) > 256:
             continue
-        out.append({**dict(zip(KEYS, (128, bn, bk, 8, w, s), strict=True)),
-                    "FLATTEN": flat, "SUB": sub, "PROGRAMS": progs})  # fmt: skip
+        if g != 8 and (bm, bn, bk, s) != (128, 256, 64, 3):
+            continue
+        out.append({**dict(zip(KEYS, (bm, bn, bk, g, w, s), strict=True)),
+                    "FLATTEN": True, "SUB": False, "PROGRAMS": 1, "STORE_TMA": store})  # fmt: skip
+    for bn, s in ((128, 3), (256, 2), (128, 4), (256, 3)):
+        out.append({**dict(zip(KEYS, (128, bn, 64, 8, 4, s), strict=True)), "FLATTEN": False,
+                    "SUB": False, "PROGRAMS": 1, "STORE_TMA": True, "WS": True})  # fmt: skip
     return out
 
 
@@ -229,6 +259,8 @@ def main() -> None:
             each_shape(kind, cfg, lambda a, b, c, cfg=cfg: pst_launch(a, b, c, cfg))
         else:
             each_shape(kind, cfg, lambda a, b, c, cfg=cfg: pers_launch(a, b, c, cfg, sms))
+        with open(args.out, "w") as f:  # kept should a later config hang the GPU
+            json.dump(report, f, indent=1)
     for name, (a, b, c, _) in ops.items():
         entry = report["shapes"][name]
         entry["cublas_us"].append(cublas_us(a, b, c, device))
