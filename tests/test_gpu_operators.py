@@ -170,6 +170,23 @@ def test_bmm_strided_and_broadcast_match_the_reference(interpreter: LocalMeasure
         seeds = template.seed_configs(w, H100)
         requests += [request(w, c, "triton.bmm") for c in seeds[:2]]
         requests.append(request(w, Config({"allow_tf32": w.allow_tf32}), "torch.bmm_gpu"))
+    # The persistent TMA kernel (16-byte rows): each layout of A and B, a shared B, a K past
+    # the last block, edge tiles along M and N, both batch orders, more tiles than programs.
+    tile = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4,
+            "num_stages": 3, "TMA": True}  # fmt: skip
+    for changes, major in (
+        ({"dtype": "float16", "m": 40, "n": 48, "k": 40}, True),
+        ({"dtype": "float16", "m": 40, "n": 24, "k": 24, "a_layout": "col_major"}, False),
+        ({"dtype": "float16", "m": 40, "n": 48, "k": 40, "b_layout": "col_major",
+          "b_broadcast": True}, False),
+        ({"dtype": "float32", "m": 20, "n": 12, "k": 36, "b_broadcast": True}, True),
+    ):  # fmt: skip
+        w = Workload.from_dict({**BMM, **changes})
+        config = Config({**tile, "BATCH_MAJOR": major})
+        assert template.space(w, H100).is_valid(config), w.label
+        assert template.seed_configs(w, H100)[0]["TMA"] is True
+        requests.append(request(w, config, "triton.bmm"))
+    assert not any(c["TMA"] for c in template.space(Workload.from_dict(BMM), H100).points)
     results = interpreter.measure(requests)
     for req, result in zip(requests, results, strict=True):
         assert result.status is MeasureStatus.OK, (req.workload.label, req.config, result.error)
@@ -250,12 +267,15 @@ def test_build_compiles_both_kernels_for_an_h100_without_one(tmp_path: Path) -> 
         "for name, spec in (\n"
         "    ('triton.bmm', {'op': 'bmm', 'batch': 8, 'm': 512, 'n': 256, 'k': 64,\n"
         "                    'b_broadcast': True, 'dtype': 'float16'}),\n"
+        "    ('triton.bmm', {'op': 'bmm', 'batch': 4, 'm': 256, 'n': 512, 'k': 128,\n"
+        "                    'a_layout': 'col_major', 'dtype': 'bfloat16'}),\n"
         "    ('triton.grouped_mm', {'op': 'grouped_mm', 'group_sizes': [100, 0, 300],\n"
         "                           'm': 400, 'n': 256, 'k': 128, 'dtype': 'bfloat16'}),\n"
         "):\n"
         "    t = get_template(name)\n"
         "    w = Workload.from_dict(spec)\n"
         "    c = t.default_config(w, h100)\n"
+        "    assert c.get('TMA', True), c  # the TMA kernels lead the seeds on Hopper\n"
         "    art = t.build(MeasureRequest(w, h100, name, t.version, c), build_dir=Path('.'))\n"
         "    assert art.key != 'interpreter' and art.environment['shared_bytes'] > 0, art\n"
     )

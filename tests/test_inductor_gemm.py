@@ -137,6 +137,8 @@ def test_a_bmm_config_becomes_inductors_bmm_template_only_with_the_batch_outermo
     assert decision.kwargs["EVEN_K"] is True
     interleaved = GemmChoice("triton.bmm", Config({**bmm, "BATCH_MAJOR": False}), "exact")
     assert ig.decide(site, interleaved).kind == "inductor"
+    tma = GemmChoice("triton.bmm", Config({**bmm, "BATCH_MAJOR": True, "TMA": True}), "exact")
+    assert ig.decide(site, tma).kind == "inductor"  # persistent, TMA: not that template
     library = GemmChoice("triton.bmm", Config({}), "exact", use_library=True)
     assert ig.decide(site, library).kind == "aten"
 

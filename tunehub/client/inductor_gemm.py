@@ -182,8 +182,9 @@ def template_kwargs(config: Mapping[str, Any], k: int) -> dict[str, Any] | None:
 def bmm_template_kwargs(config: Mapping[str, Any], k: int) -> dict[str, Any] | None:
     """The kwargs of Inductor's bmm template that run ``config`` of ``triton.bmm``: its tiles
     with the batch outermost (``BATCH_MAJOR``: Inductor's grid runs a batch entry's tiles
-    together); None for the batch-interleaved order, which that template has no way to run."""
-    if config.get("BATCH_MAJOR") is not True:
+    together); None for the batch-interleaved order and the persistent TMA kernel, which that
+    template has no way to run."""
+    if config.get("BATCH_MAJOR") is not True or config.get("TMA", False):
         return None
     return template_kwargs({**config, "variant": "tiled", "SPLIT_K": 1}, k)
 

@@ -460,12 +460,12 @@ def _attention(workload: Workload, target: Target, configs: Sequence[Config]) ->
 # --- triton.bmm and triton.grouped_mm ----------------------------------------------------------
 # triton.gemm's columns of one product's tile (m, n, k: an entry's for bmm, all groups' rows for
 # grouped_mm), their tiles and waves counted over the whole launch, and each operator's own:
-# the batch, a shared B and the grid's batch order (bmm); the groups, the empty ones, the rows
-# the groups' own edge tiles pad, and the group schedule (grouped_mm). Shapes of one operator
-# share one model.
+# the batch, a shared B, the grid's batch order and the persistent TMA kernel (bmm); the
+# groups, the empty ones, the rows the groups' own edge tiles pad, and the group schedule
+# (grouped_mm). Shapes of one operator share one model.
 TRITON_BMM_NAMES = (
     *TRITON_NAMES,
-    "log2_batch", "b_broadcast", "batch_major", "batch_tiles",
+    "log2_batch", "b_broadcast", "batch_major", "batch_tiles", "tma",
 )  # fmt: skip
 TRITON_GROUPED_NAMES = (
     *TRITON_NAMES,
@@ -493,6 +493,7 @@ def _triton_bmm(workload: Workload, target: Target, configs: Sequence[Config]) -
     out["b_broadcast"] = np.asarray(float(bool(workload.param("b_broadcast"))), dtype=np.float64)
     out["batch_major"] = major
     out["batch_tiles"] = out["tiles"]
+    out["tma"] = np.array([bool(c.get("TMA", False)) for c in configs], dtype=np.float64)
     return out
 
 
@@ -719,7 +720,8 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     ),
     "blis.bmm": FeatureSet("blis.bmm", 1, BMM_NAMES, _blis_bmm, consensus=20),
     "triton.attention": FeatureSet("triton.attention", 1, ATTENTION_NAMES, _attention),
-    "triton.bmm": FeatureSet("triton.bmm", 1, TRITON_BMM_NAMES, _triton_bmm, consensus=1),
+    # 2: the persistent TMA kernel's column (``tma``).
+    "triton.bmm": FeatureSet("triton.bmm", 2, TRITON_BMM_NAMES, _triton_bmm, consensus=1),
     "triton.grouped_mm": FeatureSet(
         "triton.grouped_mm", 2, TRITON_GROUPED_NAMES, _triton_grouped, consensus=1
     ),

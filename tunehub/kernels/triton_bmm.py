@@ -4,14 +4,16 @@ vendor baselines (``torch.bmm_gpu``: cuBLAS's strided batched GEMM; ``torch.grou
 
 Knobs of both: ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M`` (rows of tiles swizzled
 together), ``num_warps``, ``num_stages``. ``triton.bmm`` adds ``BATCH_MAJOR`` (the order of the
-batch in the grid); ``triton.grouped_mm`` adds the group schedule: ``SCHEDULE`` (``tile``: one
-program per tile of the groups' flat tile list; ``persistent``: ``PROGRAMS`` programs per SM
-looping over it) and, on Hopper and newer for row-major operands, ``TMA`` (A's rows and each
-group's B read through TMA descriptors). The kernels are in ``triton_bmm_kernels``; configs
-the device cannot hold (shared memory, registers) are left out by
-``triton_gemm_limits.config_problem``, as for ``triton.gemm``. Like ``triton.gemm`` this
-module imports neither torch nor Triton: ``build`` (the build sandbox, no GPU needed) and
-``run`` (the GPU's run sandbox, or the CPU under ``TRITON_INTERPRET=1``) do.
+batch in the grid) and, on Hopper and newer for 16-byte rows, ``TMA`` (a persistent kernel, one
+program per SM, reading A and B and writing C through TMA descriptors, a tile's store
+overlapping the next tile's loads); ``triton.grouped_mm`` adds the group schedule:
+``SCHEDULE`` (``tile``: one program per tile of the groups' flat tile list; ``persistent``:
+``PROGRAMS`` programs per SM looping over it) and, on Hopper and newer for row-major
+operands, ``TMA`` (A's rows and each group's B read through TMA descriptors). The kernels are
+in ``triton_bmm_kernels``; configs the device cannot hold (shared memory, registers) are left
+out by ``triton_gemm_limits.config_problem``, as for ``triton.gemm``. Like ``triton.gemm``
+this module imports neither torch nor Triton: ``build`` (the build sandbox, no GPU needed)
+and ``run`` (the GPU's run sandbox, or the CPU under ``TRITON_INTERPRET=1``) do.
 
 >>> from tunehub.core import Target, Workload
 >>> h100 = Target(kind="cuda", name="H100", arch=("sm_90",), cores=132, properties={
@@ -81,6 +83,23 @@ def group_sizes(workload: Workload) -> tuple[int, ...]:
 GROUPED_TMA_TILES = ((64, 128, 64, 4, 4, 2), (64, 256, 64, 8, 4, 1))
 
 
+# triton.bmm's TMA tiles (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages), the fastest of 47 configs
+# on LLaMA-2-7B's Q.K^T at 1,024-8,192 tokens on an H200 (bmm_store-h200-20261127T0505.json):
+# 0.93-0.97x of cuBLAS, where the pointer-load kernel's tuned configs ran 0.59-0.67x.
+BMM_TMA_TILES = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4))
+
+
+def bmm_tma_runs(workload: Workload, target: Target) -> bool:
+    """Whether ``bmm_tma_kernel`` can run the workload: a Hopper or newer GPU, and every
+    operand's rows (along its contiguous dimension) and C's 16-byte multiples."""
+    elem = limits.ELEMENT_BYTES.get(workload.dtype, 4)
+    a_row = workload.k if workload.a_layout == "row_major" else workload.m
+    b_row = workload.n if workload.b_layout == "row_major" else workload.k
+    return capability_of(target) >= 90 and all(
+        size * elem % 16 == 0 for size in (a_row, b_row, workload.n)
+    )
+
+
 def grouped_tma_runs(workload: Workload, target: Target) -> bool:
     """Whether ``grouped_tma_kernel`` can run the workload: a Hopper or newer GPU, row-major
     A and B (TMA reads rows along the contiguous dimension), rows of 16-byte multiples."""
@@ -123,6 +142,10 @@ class _TritonBatched(Template):
     def _extra_constraints(self) -> tuple[KnobConstraint, ...]:
         return ()
 
+    def _limits_config(self, config: Config) -> dict[str, Any]:
+        """The config as the resource limits read it (``gemm_config``)."""
+        return gemm_config(config)
+
     def space(self, workload: Workload, target: Target) -> SearchSpace:
         dtype = workload.dtype
         props = device_props(target)
@@ -138,7 +161,7 @@ class _TritonBatched(Template):
             )
 
         def runs(c: Config) -> bool:
-            return limits.config_problem(gemm_config(c), dtype, props) is None
+            return limits.config_problem(self._limits_config(c), dtype, props) is None
 
         knobs = (
             Knob("BLOCK_M", BLOCK_MS),
@@ -159,7 +182,9 @@ class _TritonBatched(Template):
     def invalid_reason(self, workload: Workload, target: Target, config: Config) -> str | None:
         if self.space(workload, target).is_valid(config):
             return None
-        problem = limits.config_problem(gemm_config(config), workload.dtype, device_props(target))
+        problem = limits.config_problem(
+            self._limits_config(config), workload.dtype, device_props(target)
+        )
         why = problem or "outside the space (a tile larger than the problem, or a bad knob)"
         return f"config is not in the space of {self.name}: {why}"
 
@@ -264,15 +289,42 @@ class TritonBmmTemplate(_TritonBatched):
     name = "triton.bmm"
     op = "bmm"
     baseline_template = "torch.bmm_gpu"
+    # 2: the persistent TMA kernel (configs carry TMA).
+    version = 2
 
     def _extra_knobs(self, workload: Workload, target: Target) -> tuple[Knob, ...]:
-        return (Knob("BATCH_MAJOR", (True, False)),)
+        tma = (False, True) if bmm_tma_runs(workload, target) else (False,)
+        return (Knob("BATCH_MAJOR", (True, False)), Knob("TMA", tma))
+
+    def _limits_config(self, config: Config) -> dict[str, Any]:
+        # The TMA kernel's limits are a flattened ``tma`` GEMM's: its ring of loads beside a
+        # C tile staged for the store, and wgmma's 4 or 8 warps.
+        if config.get("TMA", False):
+            return {**gemm_config(config), "variant": "tma", "FLATTEN": True}
+        return gemm_config(config)
+
+    def _order(self, workload: Workload) -> tuple[bool, bool]:
+        # A shared B is reused across the entries of one tile: those first.
+        return (False, True) if workload.param("b_broadcast") else (True, False)
 
     def _variants(self, tile: dict[str, int], workload: Workload) -> Iterable[Config]:
-        # A shared B is reused across the entries of one tile: those first.
-        order = (False, True) if workload.param("b_broadcast") else (True, False)
-        for major in order:
-            yield Config({**tile, "BATCH_MAJOR": major})
+        for major in self._order(workload):
+            yield Config({**tile, "BATCH_MAJOR": major, "TMA": False})
+
+    def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """The TMA kernel's seed tiles first where it runs the workload, then the shared
+        tiles on pointer loads."""
+        seeds = super().seed_configs(workload, target)
+        if not bmm_tma_runs(workload, target):
+            return seeds
+        space = self.space(workload, target)
+        major = self._order(workload)[0]
+        tma = [
+            Config({**tile, "BATCH_MAJOR": major, "TMA": True})
+            for tile in self._tiles(workload, BMM_TMA_TILES)
+        ]
+        tma = [c for i, c in enumerate(tma) if c not in tma[:i] and space.is_valid(c)]
+        return tma + [c for c in seeds if c not in tma]
 
     def _compile_args(self, workload: Workload, config: Config, target: Target) -> tuple[int, ...]:
         m, n, k = workload.m, workload.n, workload.k
@@ -288,8 +340,14 @@ class TritonBmmTemplate(_TritonBatched):
     def _call(self, ops: Any, request: MeasureRequest) -> Callable[[], Any]:
         from tunehub.kernels import triton_bmm_kernels as kernels
 
+        sms = request.target.cores if ops.out.device.type == "cuda" else 3
         return kernels.bmm_launch(
-            ops.a, ops.b, ops.out, request.config.to_dict(), request.workload.allow_tf32
+            ops.a,
+            ops.b,
+            ops.out,
+            request.config.to_dict(),
+            request.workload.allow_tf32,
+            max(1, sms),
         )
 
 

@@ -6,6 +6,10 @@ A stays in L2; else every entry of tile 0 first, so a broadcast B's tile does). 
 stride may be 0 (one B for every entry). Tiles within an entry are swizzled ``GROUP_M`` rows
 of tiles at a time, as in Triton's matmul tutorial.
 
+``bmm_tma_kernel`` (``TMA``, Hopper and newer): one program per SM looping over the same
+(entry, tile) order, operands and C through TMA descriptors, the tile and K loops flattened
+so a tile's store overlaps the next tile's loads.
+
 ``grouped_kernel``: the groups' tiles are one flat list, group by group (an empty group has
 none), each group's in ``GROUP_M`` swizzled order. The group offsets stay on the device (a
 mixture-of-experts layer's router writes them there): each program finds its tile's group by
@@ -73,6 +77,48 @@ def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BATCH,
     e = entry.to(tl.int64)
     _tile(a_ptr + e * sab, b_ptr + e * sbb, c_ptr + e * scb, M, N, K, sam, sak, sbk, sbn,
           scm, scn, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)  # fmt: skip
+
+
+@triton.jit
+def bmm_tma_kernel(a_desc, b_desc, c_desc, M, N, K, BATCH,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   GROUP_M: tl.constexpr, BATCH_MAJOR: tl.constexpr, A_COL: tl.constexpr,
+                   B_COL: tl.constexpr, B_SHARED: tl.constexpr,
+                   PRECISION: tl.constexpr):  # fmt: skip
+    # Persistent: each program loops over (entry, tile) pairs, and the loop is flattened with
+    # the K loop, so the next tile's TMA loads run while this tile's C goes out through a TMA
+    # store (LLaMA's Q.K^T, whose output is 16-64x its inputs' bytes, is decided there). A, B
+    # and C are 3-D descriptors whose boxes are one batch entry's (a shared B a 2-D one); a
+    # column-major operand is described as its row-major transpose and each box transposed
+    # back. TMA zero-fills boxes past the edges and clips the store: no masks.
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    per_entry = grid_m * grid_n
+    for t in tl.range(tl.program_id(0), per_entry * BATCH, tl.num_programs(0), flatten=True):
+        if BATCH_MAJOR:
+            entry = t // per_entry
+            tile = t % per_entry
+        else:
+            entry = t % BATCH
+            tile = t // BATCH
+        pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
+        m0 = pid_m * BLOCK_M
+        n0 = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in range(0, tl.cdiv(K, BLOCK_K)):
+            k0 = kk * BLOCK_K
+            if A_COL:
+                a = a_desc.load([entry, k0, m0]).reshape(BLOCK_K, BLOCK_M).T
+            else:
+                a = a_desc.load([entry, m0, k0]).reshape(BLOCK_M, BLOCK_K)
+            if B_SHARED:
+                b = b_desc.load([n0, k0]).T if B_COL else b_desc.load([k0, n0])
+            elif B_COL:
+                b = b_desc.load([entry, n0, k0]).reshape(BLOCK_N, BLOCK_K).T
+            else:
+                b = b_desc.load([entry, k0, n0]).reshape(BLOCK_K, BLOCK_N)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        c_desc.store([entry, m0, n0], acc.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
 
 
 @triton.jit
@@ -157,27 +203,76 @@ def _meta(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def bmm_launch(
-    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: dict[str, Any], allow_tf32: bool
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    config: dict[str, Any],
+    allow_tf32: bool,
+    num_sms: int = 0,
 ) -> Callable[[], None]:
-    """A bound launch of ``out[i] = a[i] @ b[i]`` (``b`` of batch stride 0 when broadcast)."""
+    """A bound launch of ``out[i] = a[i] @ b[i]`` (``b`` of batch stride 0 when broadcast);
+    ``num_sms`` (the persistent ``TMA`` kernel's programs) defaults to the device's SMs."""
     batch, m, k = a.shape
     n = b.shape[-1]
     if b.shape[-2] != k or out.shape != (batch, m, n) or b.shape[0] not in (1, batch):
         raise ValueError(f"a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)}")
     meta = _meta(config)
     tiles = triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"])
-    grid = (tiles * batch,)
     sbb = 0 if b.shape[0] == 1 else b.stride(0)
-    args = (a, b, out, m, n, k, batch, *a.stride(), sbb, b.stride(1), b.stride(2), *out.stride())
+    dims = (m, n, k, batch, *a.stride(), sbb, b.stride(1), b.stride(2), *out.stride())
     extra = {
         "BATCH_MAJOR": bool(config["BATCH_MAJOR"]),
         "PRECISION": precision(a.dtype, allow_tf32),
     }
+    if config.get("TMA", False):
+        if num_sms <= 0:
+            num_sms = _sm_count(out.device)
+        descs, flags = bmm_descriptors(a, b, out, dims, meta)
+        grid = (max(1, min(tiles * batch, num_sms)),)
+        args: tuple[Any, ...] = (*descs, m, n, k, batch)
+        kernel: Any = bmm_tma_kernel
+        extra.update(flags)
+    else:
+        grid = (tiles * batch,)
+        args = (a, b, out, *dims)
+        kernel = bmm_kernel
 
     def launch() -> None:
-        bmm_kernel[grid](*args, **meta, **extra)
+        kernel[grid](*args, **meta, **extra)
 
     return launch
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 3  # the interpreter: a few programs, each looping over several tiles
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def bmm_descriptors(
+    a: Any, b: Any, c: Any, dims: tuple[int, ...], meta: dict[str, Any]
+) -> tuple[tuple[Any, Any, Any], dict[str, bool]]:
+    """Host TMA descriptors of A, B and C for ``bmm_tma_kernel`` and its layout flags;
+    ``dims`` are ``bmm_kernel``'s size and stride arguments (``m, n, k, batch, sab, sam, sak,
+    sbb, sbk, sbn, scb, scm, scn``), ``a``, ``b`` and ``c`` tensors or precompile's stand-ins.
+    A column-major operand is described as its row-major transpose; a B of batch stride 0 is
+    one 2-D matrix."""
+    from tunehub.kernels.triton_gemm_kernels import _descriptor
+
+    m, n, k, batch, sab, sam, sak, sbb, sbk, sbn, scb, scm, _ = dims
+    bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
+    a_col, b_col, shared = sak != 1, sbn != 1, sbb == 0
+    if a_col:
+        a_desc = _descriptor(a, [batch, k, m], [sab, sak, 1], [1, bk, bm])
+    else:
+        a_desc = _descriptor(a, [batch, m, k], [sab, sam, 1], [1, bm, bk])
+    b_shape, b_strides, b_box = ([n, k], [sbn], [bn, bk]) if b_col else ([k, n], [sbk], [bk, bn])
+    if shared:
+        b_desc = _descriptor(b, b_shape, [*b_strides, 1], b_box)
+    else:
+        b_desc = _descriptor(b, [batch, *b_shape], [sbb, *b_strides, 1], [1, *b_box])
+    c_desc = _descriptor(c, [batch, m, n], [scb, scm, 1], [1, bm, bn])
+    return (a_desc, b_desc, c_desc), {"A_COL": a_col, "B_COL": b_col, "B_SHARED": shared}
 
 
 def grouped_grid(m: int, n: int, groups: int, config: dict[str, Any], num_sms: int) -> int:
@@ -263,9 +358,15 @@ def compile_for(
     prec = precision(dtype, allow_tf32)
     if op == "bmm":
         m, n, k, batch = strides[:4]
-        args: tuple[Any, ...] = (fake, fake, fake, m, n, k, batch, *strides[4:])
         kwargs = {**meta, "BATCH_MAJOR": bool(config["BATCH_MAJOR"]), "PRECISION": prec}
-        kernel = bmm_kernel
+        if config.get("TMA", False):
+            descs, flags = bmm_descriptors(fake, fake, fake, strides, meta)
+            args: tuple[Any, ...] = (*descs, m, n, k, batch)
+            kwargs.update(flags)
+            kernel = bmm_tma_kernel
+        else:
+            args = (fake, fake, fake, m, n, k, batch, *strides[4:])
+            kernel = bmm_kernel
     elif config.get("TMA", False):
         # (n, k, groups, bound, m): dense row-major operands, described as the launch does.
         n, k, groups, bound, m = strides[:5]
