@@ -238,6 +238,52 @@ def test_a_pointwise_nhwc_conv_is_a_plain_gemm_on_triton_gemms_kernels(tmp_path:
     assert result.status is MeasureStatus.OK, result.error
 
 
+def test_a_pointwise_nchw_conv_is_a_batched_gemm_on_triton_bmms_kernels(tmp_path: Path) -> None:
+    """Each image's output (O x H·W) is the filters (O x C) times its input (C x H·W), all
+    as stored: triton.bmm's space and kernels (the TMA one included) where it can run."""
+    t = get_template("triton.conv2d")
+    pointwise = {"dtype": "float16", "in_channels": 16, "out_channels": 24, "kernel_h": 1,
+                 "kernel_w": 1, "batch": 3, "height": 4, "width": 8}  # fmt: skip
+    w = conv(**pointwise)
+    bmm = get_template("triton.bmm")
+    view = Workload.from_dict({"op": "bmm", "batch": 3, "m": 24, "n": 32, "k": 16,
+                               "dtype": "float16"})  # fmt: skip
+    assert t.space(w, H100).points == bmm.space(view, H100).points
+    default = t.default_config(w, H100)
+    assert default == bmm.default_config(view, H100) and default["TMA"] is True
+    points = t.space(w, H100).points
+    x = feature_set("triton.conv2d").matrix(w, H100, points[:3])
+    assert x[:, feature_set("triton.conv2d").names.index("bmm_route")].tolist() == [1.0] * 3
+    tile = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4,
+            "num_stages": 2}  # fmt: skip
+    for config in (
+        {**tile, "TMA": True, "BATCH_MAJOR": False},
+        {**tile, "TMA": False, "BATCH_MAJOR": True},
+    ):
+        assert t.space(w, H100).is_valid(config)
+        ops = ck.operands(w, torch.device("cpu"), seed=5)
+        ck.bind(ops, config)()
+        check = ck.check(ops.out, ck.reference(ops), "float16")
+        assert check.ok, (config, check.message)
+    # Rows of H·W that TMA cannot address (4 x 5 pixels: 40 bytes), a GPU before Hopper, a
+    # padded 1x1: the implicit-GEMM kernels and their space.
+    a100 = Target.from_dict({**H100.to_dict(), "properties": {
+        **H100.properties, "compute_capability": 80}})  # fmt: skip
+    for other, target in (
+        (conv(**{**pointwise, "width": 5}), H100),
+        (w, a100),
+        (conv(**{**pointwise, "pad_h": 1}), H100),
+    ):
+        assert all("BATCH_MAJOR" not in c for c in t.space(other, target).points)
+    with pytest.raises(ValueError, match="no batched GEMM"):
+        ck.bind(ck.operands(conv(**{**pointwise, "pad_h": 1}), torch.device("cpu"), 1), default)
+    request = MeasureRequest(w, H100, t.name, t.version, default)
+    result = t.measure(
+        request, build_dir=tmp_path, timing=TimingPolicy(min_secs=0.001, max_repeats=2)
+    )
+    assert result.status is MeasureStatus.OK, result.error
+
+
 def test_the_check_catches_an_unwritten_output() -> None:
     ops = ck.operands(conv(pad_h=1), torch.device("cpu"), seed=1)
     check = ck.check(ops.out, ck.reference(ops), "float32")

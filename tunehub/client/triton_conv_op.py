@@ -7,8 +7,9 @@ the call, or NHWC; pointer loads or TMA) and the direct depthwise kernel. Its ou
 input's memory format (channels-last for an NHWC input). Its body launches the kernels through
 ``torch.library.wrap_triton``, so Inductor traces it and its generated code calls each kernel
 like one of its own. Called outside a compile it runs the kernels (on CPU tensors under
-``TRITON_INTERPRET=1``). A pointwise NHWC workload's configs (``triton.gemm``'s, with a
-``variant``) are not this op's: the backend leaves such convolutions to Inductor.
+``TRITON_INTERPRET=1``). A pointwise workload's configs (``triton.gemm``'s, with a
+``variant``, or ``triton.bmm``'s, with ``BATCH_MAJOR``) are not this op's: the backend leaves
+such convolutions to Inductor.
 
 The ``tunehub`` torch.compile backend puts it in a graph where tunehub measured such a kernel
 faster than cuDNN and no gradient flows through the convolution. Importing this module imports
@@ -65,8 +66,9 @@ def conv_workload(
 
 
 def runs(config: dict[str, Any]) -> bool:
-    """Whether the op runs this ``triton.conv2d`` config (its own kernels, not triton.gemm's)."""
-    return "variant" not in config
+    """Whether the op runs this ``triton.conv2d`` config (its own kernels, not triton.gemm's
+    or triton.bmm's)."""
+    return "variant" not in config and "BATCH_MAJOR" not in config
 
 
 @triton_op(OP, mutates_args=())
@@ -85,7 +87,7 @@ def triton_conv2d(
     kernels = importlib.import_module("tunehub.kernels.triton_conv_kernels")
     cfg = json.loads(config)
     if not runs(cfg):
-        raise ValueError(f"{OP} runs triton.conv2d's own kernels, not {cfg.get('variant')!r}")
+        raise ValueError(f"{OP} runs triton.conv2d's own kernels, not {config}")
     nhwc = is_nhwc(x)
     workload = conv_workload(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, nhwc)
     d = kernels.conv_dims(workload)

@@ -538,7 +538,7 @@ DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
 BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
 TRITON_CONV_NAMES = (
     *TRITON_NAMES, *CONV_OWN_NAMES, "repack", "dw_block_rows", "tma", "tma_useful", "tma_rows",
-    "patch_flat", "patch_rows", "k_useful",
+    "patch_flat", "patch_rows", "k_useful", "bmm_route",
 )  # fmt: skip
 
 
@@ -611,8 +611,17 @@ def _blis_conv(workload: Workload, target: Target, configs: Sequence[Config]) ->
 def _triton_conv(
     workload: Workload, target: Target, configs: Sequence[Config]
 ) -> dict[str, Column]:
-    out = _triton(_conv_view(workload, cpu=False), target, configs)
-    _rewave(out, out["tiles"] * float(workload.param("groups")))
+    # A pointwise NCHW workload routed to triton.bmm (its configs carry BATCH_MAJOR): the
+    # GEMM is each image's (O x H·W x C), its tiles counted over the images.
+    bmm = bool(configs) and all("BATCH_MAJOR" in c for c in configs)
+    if bmm:
+        view = Workload(m=workload.n, n=workload.m, k=workload.k, dtype=workload.dtype)
+        out = _triton(view, target, configs)
+        _rewave(out, out["tiles"] * float(int(workload.param("batch"))))
+    else:
+        out = _triton(_conv_view(workload, cpu=False), target, configs)
+        _rewave(out, out["tiles"] * float(workload.param("groups")))
+    out["bmm_route"] = np.asarray(float(bmm), dtype=np.float64)
     out.update(_conv_own(workload))
     # NCHW read from channels-last copies made in the call (REPACK).
     out["repack"] = np.array([bool(c.get("REPACK", False)) for c in configs], dtype=np.float64)
@@ -662,7 +671,7 @@ def _tma_useful(workload: Workload, configs: Sequence[Config]) -> Column:
     shares: dict[tuple[int, int, int], float] = {}
     column = np.zeros(len(configs), dtype=np.float64)
     for i, c in enumerate(configs):
-        if c.get("TMA", False):
+        if c.get("TMA", False) and "TILE_H" in c:
             box = (int(c["BLOCK_M"]), int(c["TILE_H"]), int(c["TILE_W"]))
             if box not in shares:
                 bm, th, tw = box
@@ -727,7 +736,8 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     ),
     # 2: the depthwise path's knobs (DEPTHWISE_NAMES) and its units' fill.
     "blis.conv2d": FeatureSet("blis.conv2d", 2, BLIS_CONV_NAMES, _blis_conv, consensus=20),
-    "triton.conv2d": FeatureSet("triton.conv2d", 4, TRITON_CONV_NAMES, _triton_conv, consensus=1),
+    # 5: pointwise NCHW workloads on triton.bmm's configs (``bmm_route``, their GEMM's tiles).
+    "triton.conv2d": FeatureSet("triton.conv2d", 5, TRITON_CONV_NAMES, _triton_conv, consensus=1),
 }
 
 

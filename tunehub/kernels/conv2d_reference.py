@@ -79,6 +79,33 @@ def pointwise_gemm(workload: Workload) -> Workload | None:
     )
 
 
+def pointwise_bmm(workload: Workload) -> Workload | None:
+    """The batched GEMM a pointwise NCHW conv2d is, else None: with a 1x1 filter, stride 1,
+    no padding and one group, image n's output (O x H·W, row-major as stored) is the filters
+    (O x C, one matrix for every image) times its input (C x H·W, row-major as stored): a
+    ``bmm`` of N entries, m = O, n = H·W, k = C, its A shared. None where H·W passes a
+    Workload's limit (65,536)."""
+    d = conv_dims(workload)
+    plain = (
+        not is_nhwc(workload)
+        and d["groups"] == 1
+        and d["kernel_h"] == d["kernel_w"] == 1
+        and d["stride_h"] == d["stride_w"] == 1
+        and d["pad_h"] == d["pad_w"] == 0
+    )
+    if not plain or d["height"] * d["width"] > MAX_DIM:
+        return None
+    return Workload(
+        op="bmm",
+        m=d["out_channels"],
+        n=d["height"] * d["width"],
+        k=d["in_channels"],
+        dtype=workload.dtype,
+        allow_tf32=workload.allow_tf32,
+        params=(("batch", d["batch"]),),
+    )
+
+
 def is_depthwise(workload: Workload) -> bool:
     """One input channel per group, more than one group: the templates' direct path."""
     d = conv_dims(workload)

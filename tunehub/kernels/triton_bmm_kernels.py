@@ -83,12 +83,12 @@ def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BATCH,
 def bmm_tma_kernel(a_desc, b_desc, c_desc, M, N, K, BATCH,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr, BATCH_MAJOR: tl.constexpr, A_COL: tl.constexpr,
-                   B_COL: tl.constexpr, B_SHARED: tl.constexpr,
+                   B_COL: tl.constexpr, A_SHARED: tl.constexpr, B_SHARED: tl.constexpr,
                    PRECISION: tl.constexpr):  # fmt: skip
     # Persistent: each program loops over (entry, tile) pairs, and the loop is flattened with
     # the K loop, so the next tile's TMA loads run while this tile's C goes out through a TMA
     # store (LLaMA's Q.K^T, whose output is 16-64x its inputs' bytes, is decided there). A, B
-    # and C are 3-D descriptors whose boxes are one batch entry's (a shared B a 2-D one); a
+    # and C are 3-D descriptors whose boxes are one batch entry's (a shared A or B a 2-D one); a
     # column-major operand is described as its row-major transpose and each box transposed
     # back. TMA zero-fills boxes past the edges and clips the store: no masks.
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -107,7 +107,9 @@ def bmm_tma_kernel(a_desc, b_desc, c_desc, M, N, K, BATCH,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kk in range(0, tl.cdiv(K, BLOCK_K)):
             k0 = kk * BLOCK_K
-            if A_COL:
+            if A_SHARED:
+                a = a_desc.load([k0, m0]).T if A_COL else a_desc.load([m0, k0])
+            elif A_COL:
                 a = a_desc.load([entry, k0, m0]).reshape(BLOCK_K, BLOCK_M).T
             else:
                 a = a_desc.load([entry, m0, k0]).reshape(BLOCK_M, BLOCK_K)
@@ -210,8 +212,9 @@ def bmm_launch(
     allow_tf32: bool,
     num_sms: int = 0,
 ) -> Callable[[], None]:
-    """A bound launch of ``out[i] = a[i] @ b[i]`` (``b`` of batch stride 0 when broadcast);
-    ``num_sms`` (the persistent ``TMA`` kernel's programs) defaults to the device's SMs."""
+    """A bound launch of ``out[i] = a[i] @ b[i]`` (``a`` or ``b`` of batch stride 0 when one
+    matrix serves every entry, ``b`` also of batch size 1); ``num_sms`` (the persistent
+    ``TMA`` kernel's programs) defaults to the device's SMs."""
     batch, m, k = a.shape
     n = b.shape[-1]
     if b.shape[-2] != k or out.shape != (batch, m, n) or b.shape[0] not in (1, batch):
@@ -255,24 +258,33 @@ def bmm_descriptors(
     """Host TMA descriptors of A, B and C for ``bmm_tma_kernel`` and its layout flags;
     ``dims`` are ``bmm_kernel``'s size and stride arguments (``m, n, k, batch, sab, sam, sak,
     sbb, sbk, sbn, scb, scm, scn``), ``a``, ``b`` and ``c`` tensors or precompile's stand-ins.
-    A column-major operand is described as its row-major transpose; a B of batch stride 0 is
-    one 2-D matrix."""
-    from tunehub.kernels.triton_gemm_kernels import _descriptor
-
+    A column-major operand is described as its row-major transpose; an operand of batch
+    stride 0 is one 2-D matrix."""
     m, n, k, batch, sab, sam, sak, sbb, sbk, sbn, scb, scm, _ = dims
     bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
-    a_col, b_col, shared = sak != 1, sbn != 1, sbb == 0
-    if a_col:
-        a_desc = _descriptor(a, [batch, k, m], [sab, sak, 1], [1, bk, bm])
-    else:
-        a_desc = _descriptor(a, [batch, m, k], [sab, sam, 1], [1, bm, bk])
-    b_shape, b_strides, b_box = ([n, k], [sbn], [bn, bk]) if b_col else ([k, n], [sbk], [bk, bn])
-    if shared:
-        b_desc = _descriptor(b, b_shape, [*b_strides, 1], b_box)
-    else:
-        b_desc = _descriptor(b, [batch, *b_shape], [sbb, *b_strides, 1], [1, *b_box])
-    c_desc = _descriptor(c, [batch, m, n], [scb, scm, 1], [1, bm, bn])
-    return (a_desc, b_desc, c_desc), {"A_COL": a_col, "B_COL": b_col, "B_SHARED": shared}
+    a_col, b_col = sak != 1, sbn != 1
+    a_dims = ([k, m], [sak], [bk, bm]) if a_col else ([m, k], [sam], [bm, bk])
+    b_dims = ([n, k], [sbn], [bn, bk]) if b_col else ([k, n], [sbk], [bk, bn])
+    descs = (
+        _batched_descriptor(a, batch, sab, *a_dims),
+        _batched_descriptor(b, batch, sbb, *b_dims),
+        _batched_descriptor(c, batch, scb, [m, n], [scm], [bm, bn]),
+    )
+    flags = {"A_COL": a_col, "B_COL": b_col, "A_SHARED": sab == 0, "B_SHARED": sbb == 0}
+    return descs, flags
+
+
+def _batched_descriptor(
+    base: Any, batch: int, batch_stride: int, shape: list[int], lead: list[int], box: list[int]
+) -> Any:
+    """A row-major matrix of ``shape`` (leading stride ``lead``) in each batch entry: a 3-D
+    descriptor whose box is one entry's, or a 2-D one where every entry is the same matrix
+    (batch stride 0)."""
+    from tunehub.kernels.triton_gemm_kernels import _descriptor
+
+    if batch_stride == 0:
+        return _descriptor(base, shape, [*lead, 1], box)
+    return _descriptor(base, [batch, *shape], [batch_stride, *lead, 1], [1, *box])
 
 
 def grouped_grid(m: int, n: int, groups: int, config: dict[str, Any], num_sms: int) -> int:

@@ -18,7 +18,12 @@ instead, whose knobs are ``BLOCK_M`` (output pixels), ``BLOCK_N`` (channels, up 
 and ``num_warps``; its space holds one value of the others. A pointwise NHWC workload (1x1,
 stride 1, no padding, one group) is a plain GEMM of the tensors as stored (``pointwise_gemm``):
 it runs ``triton.gemm``'s kernels (TMA, warp-specialised, split-K) in that template's space,
-where the implicit-GEMM kernel ran ResNet-50's 1x1 at 14x14 at 0.32x cuDNN on an H200. For NCHW
+where the implicit-GEMM kernel ran ResNet-50's 1x1 at 14x14 at 0.32x cuDNN on an H200. A
+pointwise NCHW workload is a batched GEMM of the tensors as stored, each image's output the
+filters times its input (``pointwise_bmm``): where ``triton.bmm``'s persistent TMA kernel can
+run it (Hopper, 16-byte rows) it takes that template's space and kernels, whose flattened
+loop overlaps a tile's store with the next tile's loads (its output is 4x the input at
+ResNet-50's 1x1 expand, where the implicit GEMM ran 0.70x cuDNN on an H200). For NCHW
 workloads ``REPACK`` copies the input and filters into channels-last buffers in each call (their
 time counted) and runs the kernels on those, as Inductor's layout optimisation does for a graph.
 
@@ -60,8 +65,15 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
-from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc, pointwise_gemm
+from tunehub.kernels.conv2d_reference import (
+    conv_dims,
+    is_depthwise,
+    is_nhwc,
+    pointwise_bmm,
+    pointwise_gemm,
+)
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
+from tunehub.kernels.triton_bmm import TritonBmmTemplate, bmm_tma_runs
 from tunehub.kernels.triton_gemm import (
     TritonGemmTemplate,
     _device,
@@ -142,6 +154,24 @@ DEPTHWISE_SEEDS = {
 
 def _gemm_template() -> TritonGemmTemplate:
     return TritonGemmTemplate()
+
+
+def bmm_view(workload: Workload, target: Target) -> Workload | None:
+    """The batched GEMM whose ``triton.bmm`` space and kernels run a pointwise NCHW workload
+    (``pointwise_bmm``) where its persistent TMA kernel can (Hopper, 16-byte rows), else
+    None: elsewhere the implicit-GEMM kernels, REPACK included, keep it."""
+    bmm = pointwise_bmm(workload)
+    return bmm if bmm is not None and bmm_tma_runs(bmm, target) else None
+
+
+def _routed(workload: Workload, target: Target) -> tuple[Template, Workload] | None:
+    """The template and workload whose space a plain-GEMM conv2d takes: triton.gemm's for a
+    pointwise NHWC workload, triton.bmm's for a pointwise NCHW one (``bmm_view``)."""
+    gemm = pointwise_gemm(workload)
+    if gemm is not None:
+        return _gemm_template(), gemm
+    bmm = bmm_view(workload, target)
+    return (TritonBmmTemplate(), bmm) if bmm is not None else None
 
 
 def _pow2_at_least(n: int, floor: int) -> int:
@@ -256,7 +286,8 @@ class TritonConv2dTemplate(Template):
     # (records of version 1 time other code). 3: pointwise NHWC workloads on triton.gemm's
     # kernels and space. 4: the TMA kernel (configs carry TMA, TILE_H and TILE_W). 5: the K
     # loop's order (PATCH: flat patch blocks, padded rows), a knob records of version 4 lack.
-    version = 5
+    # 6: pointwise NCHW workloads on triton.bmm's kernels and space (on Hopper).
+    version = 6
     device_kind = "cuda"
     baseline_template = "torch.conv2d_gpu"
     slowest_gflops = 20.0
@@ -274,9 +305,9 @@ class TritonConv2dTemplate(Template):
     def space(self, workload: Workload, target: Target) -> SearchSpace:
         if is_depthwise(workload):
             return self._depthwise_space(workload)
-        gemm = pointwise_gemm(workload)
-        if gemm is not None:
-            return _gemm_template().space(gemm, target)
+        routed = _routed(workload, target)
+        if routed is not None:
+            return routed[0].space(routed[1], target)
         cap_m = _pow2_at_least(workload.m * int(workload.param("batch")), 32)
         cap_n = _pow2_at_least(workload.n, 16)
         d = conv_dims(workload)
@@ -443,11 +474,11 @@ class TritonConv2dTemplate(Template):
         ]
 
     def default_config(self, workload: Workload, target: Target) -> Config:
-        """The first known-good tile that fits the workload and device (triton.gemm's default
-        for a pointwise NHWC workload's GEMM)."""
-        gemm = pointwise_gemm(workload)
-        if gemm is not None:
-            return _gemm_template().default_config(gemm, target)
+        """The first known-good tile that fits the workload and device (triton.gemm's or
+        triton.bmm's default for a pointwise workload's GEMM)."""
+        routed = _routed(workload, target)
+        if routed is not None:
+            return routed[0].default_config(routed[1], target)
         space = self.space(workload, target)
         for config in self._seeds(workload, target):
             if space.is_valid(config):
@@ -455,9 +486,9 @@ class TritonConv2dTemplate(Template):
         return space.points[0]
 
     def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
-        gemm = pointwise_gemm(workload)
-        if gemm is not None:
-            return _gemm_template().seed_configs(gemm, target)
+        routed = _routed(workload, target)
+        if routed is not None:
+            return routed[0].seed_configs(routed[1], target)
         space = self.space(workload, target)
         seeds = [c for c in self._seeds(workload, target) if space.is_valid(c)]
         return seeds or [space.points[0]]

@@ -45,7 +45,13 @@ import triton
 import triton.language as tl
 
 from tunehub.core import Config, Workload
-from tunehub.kernels.conv2d_reference import conv_dims, is_depthwise, is_nhwc, pointwise_gemm
+from tunehub.kernels.conv2d_reference import (
+    conv_dims,
+    is_depthwise,
+    is_nhwc,
+    pointwise_bmm,
+    pointwise_gemm,
+)
 from tunehub.kernels.triton_conv import rows_channels
 from tunehub.kernels.triton_gemm_kernels import Launch, _tile_coords
 from tunehub.kernels.triton_gemm_limits import TOLERANCE
@@ -303,9 +309,12 @@ def torch_args(workload: Workload) -> dict[str, Any]:
 
 def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
     """The launch of ``config`` on ``ops`` (arguments computed once, ``conv_launches``; a
-    pointwise NHWC workload's config with a ``variant`` on triton.gemm's kernels)."""
+    pointwise NHWC workload's config with a ``variant`` on triton.gemm's kernels, a pointwise
+    NCHW one's with ``BATCH_MAJOR`` on triton.bmm's)."""
     if "variant" in config:
         return _gemm_launch(ops, config)
+    if "BATCH_MAJOR" in config:
+        return _bmm_launch(ops, config)
     bound = [
         (launch.kernel[launch.grid], launch.args, launch.kwargs)
         for launch in conv_launches(ops.x, ops.w, ops.out, ops.workload, config)
@@ -548,6 +557,23 @@ def _gemm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]
     return gemm.bind(
         a, b, None, out, allow_tf32=gemm_view.allow_tf32, config=kernel_config(Config(config))
     )
+
+
+def _bmm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
+    """``triton.bmm``'s launch of ``config`` on a pointwise NCHW workload's tensors as stored:
+    each image's output (O x H·W) is the filters (O x C, batch stride 0) times its input
+    (C x H·W)."""
+    from tunehub.kernels.triton_bmm_kernels import bmm_launch
+
+    if pointwise_bmm(ops.workload) is None:
+        raise ValueError(
+            f"{ops.workload.label} is no batched GEMM: configs with BATCH_MAJOR are not for it"
+        )
+    n, c, h, w = ops.x.shape
+    o = ops.w.shape[0]
+    a = ops.w.view(1, o, c).expand(n, o, c)
+    allow_tf32 = ops.workload.allow_tf32
+    return bmm_launch(a, ops.x.view(n, c, h * w), ops.out.view(n, o, h * w), config, allow_tf32)
 
 
 def reference(ops: ConvOperands) -> torch.Tensor:
