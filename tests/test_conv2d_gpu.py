@@ -176,42 +176,6 @@ def test_the_tma_kernel_matches_the_float64_reference(
     assert check.ok, check.message
 
 
-@pytest.mark.parametrize("split", [2, 3, 7])
-def test_the_tma_kernels_split_of_k_matches_the_reference_call_after_call(split: int) -> None:
-    """SPLIT_K: 18 steps (9 taps x 2 blocks of 16 channels) over 2, 3 or 7 programs a tile
-    (the last with fewer, or none), partials summed by the last to arrive; the counters are
-    left at zero, so a second call is right too."""
-    w = conv(data_layout="nhwc", dtype="float32", in_channels=20, out_channels=24, pad_h=1,
-             pad_w=1, batch=2)  # fmt: skip
-    config = {**TILE, "TMA": True, "TILE_H": 2, "TILE_W": 8, "SPLIT_K": split}
-    ops = ck.operands(w, torch.device("cpu"), seed=9)
-    launch = ck.bind(ops, config)
-    for _ in range(2):
-        ops.out.fill_(math.nan)
-        launch()
-        check = ck.check(ops.out, ck.reference(ops), "float32")
-        assert check.ok, check.message
-
-
-def test_the_split_of_k_is_in_the_space_where_tiles_leave_sms_idle() -> None:
-    t = get_template("triton.conv2d")
-    small = conv(in_channels=512, out_channels=512, height=7, width=7, batch=32, pad_h=1,
-                 pad_w=1, dtype="float16", data_layout="nhwc")  # fmt: skip
-    points = t.space(small, H100).points
-    split = [c for c in points if c["SPLIT_K"] > 1]
-    assert split and all(c["TMA"] for c in split)
-    seeds = t.seed_configs(small, H100)
-    assert any(c["SPLIT_K"] > 1 for c in seeds[:4])  # a seed's split fills the SMs
-    x = feature_set("triton.conv2d").matrix(small, H100, split[:2] + points[:2])
-    column = feature_set("triton.conv2d").names.index("log2_split_k")
-    assert x[0, column] >= 1.0 and x[2, column] == 0.0
-    big = conv(in_channels=64, out_channels=64, height=56, width=56, batch=32, pad_h=1,
-               pad_w=1, dtype="float16", data_layout="nhwc")  # fmt: skip
-    for c in t.space(big, H100).points:
-        if c["SPLIT_K"] > 1:  # only configs of few, large tiles split there
-            assert int(c["BLOCK_M"]) * int(c["BLOCK_N"]) >= 128 * 64, dict(c)
-
-
 def test_the_tma_kernel_refuses_an_input_that_is_not_channels_last() -> None:
     w = conv(data_layout="nchw", dtype="float32", in_channels=20, out_channels=24, pad_h=1)
     ops = ck.operands(w, torch.device("cpu"), seed=7)
@@ -357,7 +321,7 @@ def test_the_space_fits_the_gemm_view_and_the_device() -> None:
 def test_triton_conv2d_and_cudnn_measure_checked_times(name: str, tmp_path: Path) -> None:
     w = conv(pad_h=1, pad_w=1, data_layout="nhwc", dtype="float32")
     t = get_template(name)
-    pointer = {**TILE, "TMA": False, "TILE_H": 1, "TILE_W": 1, "PATCH": "tap", "SPLIT_K": 1}
+    pointer = {**TILE, "TMA": False, "TILE_H": 1, "TILE_W": 1, "PATCH": "tap"}  # pointer loads
     config = pointer if name == "triton.conv2d" else {"benchmark": False}
     from tunehub.core import Config
 

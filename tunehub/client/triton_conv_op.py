@@ -8,8 +8,8 @@ input's memory format (channels-last for an NHWC input). Its body launches the k
 ``torch.library.wrap_triton``, so Inductor traces it and its generated code calls each kernel
 like one of its own. Called outside a compile it runs the kernels (on CPU tensors under
 ``TRITON_INTERPRET=1``). A pointwise workload's configs (``triton.gemm``'s, with a
-``variant``, or ``triton.bmm``'s, with ``BATCH_MAJOR``) and split-K ones are not this op's:
-the backend leaves such convolutions to Inductor.
+``variant``, or ``triton.bmm``'s, with ``BATCH_MAJOR``) are not this op's: the backend leaves
+such convolutions to Inductor.
 
 The ``tunehub`` torch.compile backend puts it in a graph where tunehub measured such a kernel
 faster than cuDNN and no gradient flows through the convolution. Importing this module imports
@@ -66,11 +66,9 @@ def conv_workload(
 
 
 def runs(config: dict[str, Any]) -> bool:
-    """Whether the op runs this ``triton.conv2d`` config: its own kernels (not triton.gemm's
-    or triton.bmm's), without a split of K (whose partials and counters live in buffers kept
-    across calls, which a traced graph cannot hold)."""
-    own = "variant" not in config and "BATCH_MAJOR" not in config
-    return own and int(config.get("SPLIT_K", 1)) == 1
+    """Whether the op runs this ``triton.conv2d`` config (its own kernels, not triton.gemm's
+    or triton.bmm's)."""
+    return "variant" not in config and "BATCH_MAJOR" not in config
 
 
 @triton_op(OP, mutates_args=())

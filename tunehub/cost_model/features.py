@@ -538,7 +538,7 @@ DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
 BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
 TRITON_CONV_NAMES = (
     *TRITON_NAMES, *CONV_OWN_NAMES, "repack", "dw_block_rows", "tma", "tma_useful", "tma_rows",
-    "patch_flat", "patch_rows", "k_useful", "bmm_route", "log2_split_k",
+    "patch_flat", "patch_rows", "k_useful", "bmm_route",
 )  # fmt: skip
 
 
@@ -619,12 +619,8 @@ def _triton_conv(
         out = _triton(view, target, configs)
         _rewave(out, out["tiles"] * float(int(workload.param("batch"))))
     else:
-        # The TMA kernel's split of the K steps (SPLIT_K) multiplies its programs.
-        split = _knob(configs, "SPLIT_K", 1)
         out = _triton(_conv_view(workload, cpu=False), target, configs)
-        _rewave(out, out["tiles"] * float(workload.param("groups")) * split)
-        out["log2_split_k"] = _log2(split)
-    out.setdefault("log2_split_k", np.zeros(len(configs), dtype=np.float64))
+        _rewave(out, out["tiles"] * float(workload.param("groups")))
     out["bmm_route"] = np.asarray(float(bmm), dtype=np.float64)
     out.update(_conv_own(workload))
     # NCHW read from channels-last copies made in the call (REPACK).
@@ -741,8 +737,7 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     # 2: the depthwise path's knobs (DEPTHWISE_NAMES) and its units' fill.
     "blis.conv2d": FeatureSet("blis.conv2d", 2, BLIS_CONV_NAMES, _blis_conv, consensus=20),
     # 5: pointwise NCHW workloads on triton.bmm's configs (``bmm_route``, their GEMM's tiles).
-    # 6: the TMA kernel's split of the K steps (``log2_split_k``, its programs in the waves).
-    "triton.conv2d": FeatureSet("triton.conv2d", 6, TRITON_CONV_NAMES, _triton_conv, consensus=1),
+    "triton.conv2d": FeatureSet("triton.conv2d", 5, TRITON_CONV_NAMES, _triton_conv, consensus=1),
 }
 
 

@@ -34,10 +34,6 @@ Its BLOCK_M pixels are a box of TILE_H rows of TILE_W pixels over BLOCK_M / (TIL
 images; the space offers the ``TMA_BOXES`` boxes per BLOCK_M that waste least on the output's
 size. On an H200 it ran ResNet-50's 3x3s at 56x56, 28x28 and 14x14 6-30% faster than the
 pointer-load kernel's tuned configs, and the one at 7x7 slower (conv_tma-h200-20261127.json).
-Where a TMA config's tiles fill fewer than two waves of the SMs, ``SPLIT_K`` splits its K steps
-over 2-4 programs a tile: each writes an fp32 partial to its slot and the last to arrive sums
-them in a fixed order and stores the tile (the 3x3 at 7x7: 100 tiles of 64 x 128 on 132 SMs,
-each 72 steps deep).
 
 This module imports neither torch nor Triton at import time; ``run`` does, in the GPU's run
 sandbox (or on the CPU under TRITON_INTERPRET=1).
@@ -104,10 +100,7 @@ TILE_HS = (1, 2, 4, 8, 16, 32)
 TILE_WS = (1, 4, 8, 16, 32, 64, 128)
 MIN_USEFUL = 0.6
 TMA_BOXES = 3
-POINTER_BOX = {"TMA": False, "TILE_H": 1, "TILE_W": 1, "SPLIT_K": 1}
-# The TMA kernel's splits of the K steps (SPLIT_K), offered where a config's tiles fill fewer
-# than two waves of the SMs.
-SPLITS = (1, 2, 3, 4)
+POINTER_BOX = {"TMA": False, "TILE_H": 1, "TILE_W": 1}
 # The K loop's orders (``PATCH``) and seed tiles (BLOCK_M, BLOCK_N, BLOCK_K, num_warps,
 # num_stages) for ``flat`` patch blocks: the fastest on ResNet-50's stem (batch 32, fp16) of
 # 26-50 configs a layout on an H200 (conv_flat-h200-20261127T0319.json): 256 x 16 NHWC, 128 x
@@ -237,18 +230,6 @@ def tma_useful(workload: Workload, tile_b: int, tile_h: int, tile_w: int) -> flo
     return math.prod(n for n, _ in dims) / covered
 
 
-def tma_tiles(workload: Workload, block_m: int, block_n: int, tile_h: int, tile_w: int) -> int:
-    """Output tiles (programs before any split) of a TMA config: boxes of ``block_m`` pixels
-    (TILE_H x TILE_W of BLOCK_M / (TILE_H·TILE_W) images) over the output, times blocks of
-    ``block_n`` channels."""
-    d = conv_dims(workload)
-    tile_b = max(1, block_m // (tile_h * tile_w))
-    boxes = (
-        math.ceil(d["batch"] / tile_b) * math.ceil(d["oh"] / tile_h) * math.ceil(d["ow"] / tile_w)
-    )
-    return boxes * math.ceil(d["ocg"] / block_n)
-
-
 def tma_boxes(workload: Workload, block_m: int) -> list[tuple[int, int]]:
     """The (TILE_H, TILE_W) boxes of ``block_m`` pixels that waste least on the workload's
     output, best first (the fewest images, then the widest rows, among the equally good), at
@@ -305,9 +286,8 @@ class TritonConv2dTemplate(Template):
     # (records of version 1 time other code). 3: pointwise NHWC workloads on triton.gemm's
     # kernels and space. 4: the TMA kernel (configs carry TMA, TILE_H and TILE_W). 5: the K
     # loop's order (PATCH: flat patch blocks, padded rows), a knob records of version 4 lack.
-    # 6: pointwise NCHW workloads on triton.bmm's kernels and space (on Hopper). 7: the TMA
-    # kernel's split of the K steps (SPLIT_K), a knob records of version 6 lack.
-    version = 7
+    # 6: pointwise NCHW workloads on triton.bmm's kernels and space (on Hopper).
+    version = 6
     device_kind = "cuda"
     baseline_template = "torch.conv2d_gpu"
     slowest_gflops = 20.0
@@ -351,17 +331,6 @@ class TritonConv2dTemplate(Template):
         )
         boxes = {bm: tma_boxes(workload, bm) for bm in BLOCK_MS}
         nhwc = is_nhwc(workload)
-        sms = max(1, target.cores)
-
-        def splits(c: Config) -> bool:
-            # A split only for the TMA kernel, where its tiles fill fewer than two waves.
-            if int(c["SPLIT_K"]) == 1:
-                return True
-            tiles = tma_tiles(
-                workload, int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["TILE_H"]), int(c["TILE_W"])
-            )
-            return bool(c["TMA"]) and tiles < 2 * sms
-
         constraints = (
             KnobConstraint(
                 ("TMA", "TILE_H", "TILE_W", "BLOCK_M", "REPACK"),
@@ -372,7 +341,6 @@ class TritonConv2dTemplate(Template):
                     else int(c["TILE_H"]) == int(c["TILE_W"]) == 1
                 ),
             ),
-            KnobConstraint(("SPLIT_K", "TMA", "BLOCK_M", "BLOCK_N", "TILE_H", "TILE_W"), splits),
             KnobConstraint(
                 ("PATCH", "TMA", "REPACK"),
                 lambda c: (
@@ -410,7 +378,6 @@ class TritonConv2dTemplate(Template):
             Knob("TMA", (False, True) if on else (False,)),
             Knob("TILE_H", TILE_HS if on else (1,)),
             Knob("TILE_W", TILE_WS if on else (1,)),
-            Knob("SPLIT_K", SPLITS if on else (1,)),
         )
 
     def _depthwise_space(self, workload: Workload) -> SearchSpace:
@@ -473,20 +440,13 @@ class TritonConv2dTemplate(Template):
                 ]  # fmt: skip
         tma = []
         if tma_eligible(workload, target):
-            sms = max(1, target.cores)
             for bm, bn, bk, w, s in TMA_SEEDS:
                 for th, tw in tma_boxes(workload, bm)[:1]:
                     tile = dict(zip(KNOB_NAMES, (bm, bn, bk, 8, w, s), strict=True))
-                    seed: dict[str, int | str] = {
-                        **tile, "REPACK": not is_nhwc(workload), "PATCH": "tap", "TMA": True,
-                        "TILE_H": th, "TILE_W": tw,
-                    }  # fmt: skip
-                    tma.append(Config({**seed, "SPLIT_K": 1}))
-                    # Where the tiles leave SMs idle, the split that fills them next.
-                    tiles = tma_tiles(workload, bm, bn, th, tw)
-                    fill = [k for k in SPLITS[1:] if tiles * k >= sms]
-                    if tiles < sms and fill:
-                        tma.append(Config({**seed, "SPLIT_K": fill[0]}))
+                    tma.append(
+                        Config({**tile, "REPACK": not is_nhwc(workload), "PATCH": "tap",
+                                "TMA": True, "TILE_H": th, "TILE_W": tw})
+                    )  # fmt: skip
         plain = [
             Config({**c.to_dict(), "PATCH": "tap", **POINTER_BOX})
             for c in self._plain_seeds(workload)

@@ -157,29 +157,23 @@ def _conv2d_kernel(
 
 @triton.jit
 def _conv2d_tma_kernel(
-    x_desc, w_desc, y, ws, counts,
+    x_desc, w_desc, y,
     BATCH, OH, OW, ICG, OCG, KW, STEPS, CHANNEL_BLOCKS, TILES_B, TILES_H, TILES_W,
     PH, PW, DH, DW, syn, syo, syh, syw,
     TILE_B: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, IEEE: tl.constexpr,
+    IEEE: tl.constexpr,
 ):  # fmt: skip
-    # SPLIT_K > 1 (grid axis 1): each program runs its share of the K steps, writes its fp32
-    # partial tile to its own slot of ``ws`` and counts itself in at the tile's counter; the
-    # last to arrive sums the tile's slots in slot order, stores Y and zeroes the counter
-    # (so no call clears anything). For few tiles on many SMs (ResNet-50's 3x3 at 7x7: 100
-    # tiles of 64 x 128, each 72 steps deep, on 132 SMs).
     BLOCK_M: tl.constexpr = TILE_B * TILE_H * TILE_W
-    tile = tl.program_id(0)
-    pid_m, pid_n = _tile_coords(tile, TILES_B * TILES_H * TILES_W, tl.cdiv(OCG, BLOCK_N), GROUP_M)
+    pid_m, pid_n = _tile_coords(
+        tl.program_id(0), TILES_B * TILES_H * TILES_W, tl.cdiv(OCG, BLOCK_N), GROUP_M
+    )
     n0 = pid_m // (TILES_H * TILES_W) * TILE_B
     oh0 = pid_m // TILES_W % TILES_H * TILE_H
     ow0 = pid_m % TILES_W * TILE_W
     oc0 = pid_n * BLOCK_N
-    share = tl.cdiv(STEPS, SPLIT_K)
-    first = tl.program_id(1) * share
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(first, tl.minimum(first + share, STEPS)):
+    for step in range(STEPS):
         tap, c0, fh, fw = _tap_step(step, CHANNEL_BLOCKS, KW, BLOCK_K)
         # The tap's window of the input: a box of TILE_B images x TILE_H x TILE_W pixels x
         # BLOCK_K channels, shifted by the tap; TMA zero-fills what lies outside the input
@@ -190,32 +184,6 @@ def _conv2d_tma_kernel(
         # next tap's filters, multiplied by the zeros loaded for them.
         b = w_desc.load([oc0, tap * ICG + c0])
         acc = _mma(acc, a, b.T, IEEE)
-    if SPLIT_K > 1:
-        slot = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        tile_ws = ws + tile.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
-        tl.store(tile_ws + tl.program_id(1) * (BLOCK_M * BLOCK_N) + slot, acc)
-        # Every thread's partial is written before one thread counts the program in (the
-        # atomic is acq_rel at GPU scope: the last arrival sees the others' partials).
-        tl.debug_barrier()
-        if tl.atomic_add(counts + tile, 1) == SPLIT_K - 1:
-            tl.debug_barrier()
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(SPLIT_K):
-                # .cg: through L2, where the other SMs' partials are, not a stale L1.
-                acc += tl.load(tile_ws + s * (BLOCK_M * BLOCK_N) + slot, cache_modifier=".cg")
-            tl.atomic_xchg(counts + tile, 0)
-            _store_tma_tile(y, acc, n0, oh0, ow0, oc0, BATCH, OH, OW, OCG, syn, syo, syh, syw,
-                            TILE_H, TILE_W, BLOCK_M, BLOCK_N)  # fmt: skip
-    else:
-        _store_tma_tile(y, acc, n0, oh0, ow0, oc0, BATCH, OH, OW, OCG, syn, syo, syh, syw,
-                        TILE_H, TILE_W, BLOCK_M, BLOCK_N)  # fmt: skip
-
-
-@triton.jit
-def _store_tma_tile(y, acc, n0, oh0, ow0, oc0, BATCH, OH, OW, OCG, syn, syo, syh, syw,
-                    TILE_H: tl.constexpr, TILE_W: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr):  # fmt: skip
-    # The TMA kernel's tile of pixels (a box of images x rows x columns) and channels.
     i = tl.arange(0, BLOCK_M)
     img = n0 + i // (TILE_H * TILE_W)
     oh = oh0 + i // TILE_W % TILE_H
@@ -555,28 +523,16 @@ def _tma_launches(
         triton.cdiv(d["batch"], tile_b), triton.cdiv(d["oh"], tile_h), triton.cdiv(d["ow"], tile_w)
     )  # fmt: skip
     channel_blocks = triton.cdiv(c, bk)
-    programs = tiles[0] * tiles[1] * tiles[2] * triton.cdiv(d["out_channels"], bn)
-    split = int(config.get("SPLIT_K", 1))
-    grid = (programs, split)
-    ws: Any = None  # no workspace without a split
-    counts: Any = None
-    if split > 1:
-        from tunehub.kernels.triton_gemm_kernels import _splitk_buffers
-
-        # A slot per (tile, split) as triton.gemm's splitk has them: a 1 x tile "GEMM".
-        tile_elems = tile_b * tile_h * tile_w * bn
-        slots = {"variant": "splitk", "BLOCK_M": 1, "BLOCK_N": tile_elems, "SPLIT_K": split}
-        ws, counts = _splitk_buffers(out.device, programs, tile_elems, slots, None)
+    grid = (tiles[0] * tiles[1] * tiles[2] * triton.cdiv(d["out_channels"], bn),)
     args = (
-        x_desc, w_desc, out, ws, counts,
+        x_desc, w_desc, out,
         d["batch"], d["oh"], d["ow"], c, d["out_channels"], d["kernel_w"], taps * channel_blocks,
         channel_blocks, *tiles, d["pad_h"], d["pad_w"], d["dilation_h"], d["dilation_w"],
         *out.stride(),
     )  # fmt: skip
     constants = {
         "TILE_B": tile_b, "TILE_H": tile_h, "TILE_W": tile_w, "BLOCK_N": bn, "BLOCK_K": bk,
-        "GROUP_M": int(config["GROUP_M"]), "SPLIT_K": split, "IEEE": x.dtype == torch.float32,
-        **launch_options,
+        "GROUP_M": int(config["GROUP_M"]), "IEEE": x.dtype == torch.float32, **launch_options,
     }  # fmt: skip
     return [*launches, Launch(_conv2d_tma_kernel, grid, args, constants)]
 
