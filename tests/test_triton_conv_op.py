@@ -116,10 +116,11 @@ def test_repacking_copies_only_what_is_not_channels_last_already() -> None:
     assert copied is w and launch is None
 
 
-def test_the_op_refuses_triton_gemms_configs() -> None:
+def test_the_op_refuses_triton_gemms_and_triton_bmms_configs() -> None:
     x, w = torch.randn(1, 4, 3, 3), torch.randn(4, 4, 1, 1)
-    with pytest.raises(ValueError, match="own kernels"):
-        triton_conv2d(x, w, [1, 1], [0, 0], [1, 1], 1, config_json({"variant": "tma"}))
+    for config in ({"variant": "tma"}, {**TILE, "BATCH_MAJOR": True, "TMA": True}):
+        with pytest.raises(ValueError, match="own kernels"):
+            triton_conv2d(x, w, [1, 1], [0, 0], [1, 1], 1, config_json(config))
 
 
 class Net(torch.nn.Module):
