@@ -374,14 +374,21 @@ def own_convs() -> dict[str, tuple[Any, dict[str, Any] | None, tuple[int, ...]]]
 
 
 def own(report: dict[str, Any]) -> None:
-    """tunehub::triton_conv2d and tunehub::triton_attention from Inductor's generated code."""
+    """tunehub::triton_conv2d, tunehub::triton_attention and tunehub::triton_bmm from
+    Inductor's generated code."""
     import torch
     import torch.nn.functional as F
     from torch._inductor.utils import run_and_get_code
 
     import tunehub.client.torch_ops  # noqa: F401  (registers the ops)
     from tunehub.client.gemm_choice import CHOOSER, GemmChoice, choice_key
-    from tunehub.client.torch_backend import PLANNED, attention_site, conv_site, tunehub_backend
+    from tunehub.client.torch_backend import (
+        PLANNED,
+        attention_site,
+        conv_site,
+        gemm_site,
+        tunehub_backend,
+    )
     from tunehub.client.triton import device_target
     from tunehub.core import Config
     from tunehub.kernels.registry import get_template
@@ -519,6 +526,23 @@ def own(report: dict[str, Any]) -> None:
     ptr = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
     if wanted("sdpa projected"):
         run("sdpa projected", project, (xs, ws), attention_site, "triton.attention", ptr)
+
+    # Attention scores as an explicit bmm (Q.K^T, K^T a transposed view) on triton.bmm's
+    # persistent TMA kernel, which Inductor's bmm template cannot run: tunehub::triton_bmm.
+    def bmm_site(node: Any) -> Any:
+        found = gemm_site(node)
+        if found is None or found[0].op != "bmm":
+            return None
+        return found[0].workload(False), found[1]
+
+    def scores(q: Any, k: Any) -> Any:
+        return torch.bmm(q, k.transpose(1, 2)) * 0.125
+
+    if wanted("bmm"):
+        qk = [torch.randn(32, 1024, 128, device="cuda", dtype=torch.float16) for _ in range(2)]
+        tma = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
+               "num_stages": 3, "BATCH_MAJOR": True, "TMA": True}  # fmt: skip
+        run("bmm scores tma", scores, tuple(qk), bmm_site, "triton.bmm", tma)
     CHOOSER.clear()
     PLANNED.clear()
     report["own"] = rows

@@ -176,16 +176,17 @@ def test_each_answer_becomes_a_decision() -> None:
 
 
 def test_tunehubs_own_kernels_are_offered_only_for_measured_wins_the_op_runs() -> None:
+    site = ig.GemmSite("mm", 64, 64, 96, "float32", "row_major", "row_major")
     split = {**TILED, "SPLIT_K": 4}
-    assert ig.kernel_config(choice(split), k=96) == split
-    assert ig.kernel_config(choice({**TILED, "variant": "persistent"}), k=96) is not None
-    assert ig.kernel_config(choice(TILED), k=96) is None  # Inductor's template runs it
-    assert ig.kernel_config(choice(split, library=True), k=96) is None
-    assert ig.kernel_config(choice(split, "predicted"), k=96) is None
+    assert ig.kernel_config(choice(split), site) == split
+    assert ig.kernel_config(choice({**TILED, "variant": "persistent"}), site) is not None
+    assert ig.kernel_config(choice(TILED), site) is None  # Inductor's template runs it
+    assert ig.kernel_config(choice(split, library=True), site) is None
+    assert ig.kernel_config(choice(split, "predicted"), site) is None
     tma = {**TILED, "variant": "tma"}
-    assert ig.kernel_config(choice(tma), k=96) == tma  # host descriptors, traced as metadata
-    assert ig.kernel_config(choice({**TILED, "variant": "ws"}), k=96) is None
-    assert ig.kernel_config(None, k=96) is None
+    assert ig.kernel_config(choice(tma), site) == tma  # host descriptors, traced as metadata
+    assert ig.kernel_config(choice({**TILED, "variant": "ws"}), site) is None
+    assert ig.kernel_config(None, site) is None
 
 
 # --------------------------------------------------------------------------------------------

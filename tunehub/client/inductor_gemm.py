@@ -237,15 +237,19 @@ def decide(site: GemmSite, choice: GemmChoice | None) -> Decision:
     return Decision("template", kwargs, why="tunehub's tuned config")
 
 
-def kernel_config(choice: GemmChoice | None, k: int) -> dict[str, Any] | None:
-    """The ``triton.gemm`` config to run through ``tunehub::triton_gemm`` (tunehub's own
-    kernel in Inductor's code) for an answer: one measured faster than the library whose
-    winner Inductor's template cannot express and the op runs; else None."""
+def kernel_config(choice: GemmChoice | None, site: GemmSite) -> dict[str, Any] | None:
+    """The config to run through tunehub's own op for a site (``tunehub::triton_gemm``, or
+    ``tunehub::triton_bmm`` for a bmm: its kernel in Inductor's code) given its answer: one
+    measured faster than the library whose winner Inductor's template cannot express and the
+    op runs; else None."""
     if choice is None or choice.source not in MEASURED or choice.use_library:
         return None
-    if template_kwargs(choice.config, k) is not None:
+    if site_template_kwargs(site, choice.config) is not None:
         return None  # Inductor's own template runs it, and fuses around it
-    from tunehub.client.triton_op import runs
+    if site.op == "bmm":
+        from tunehub.client.triton_bmm_op import runs
+    else:
+        from tunehub.client.triton_op import runs
 
     config = dict(choice.config)
     return config if runs(config) else None

@@ -29,7 +29,9 @@ launches a user-defined Triton kernel through Triton's own Python launcher, whic
 cost a LLaMA decode step 0.87-0.96x of the faster Inductor in plain launch mode and gained
 1.02x under CUDA graphs (docs/compilers.md). ``bmm`` sites (``torch.bmm``, 3-D ``@``) get
 ``triton.bmm``'s answer the same way: Inductor's bmm template with the tuned config where it
-runs it, the library where that measured faster, Inductor's own choice otherwise.
+runs it, the library where that measured faster, under CUDA graphs ``tunehub::triton_bmm``
+for a winner the template cannot run (the persistent TMA kernel, the batch-interleaved
+order), Inductor's own choice otherwise.
 
 Options (``torch.compile(..., backend="tunehub", options={...})``): ``"inductor": False`` runs
 the (CPU-rewritten) graph eagerly instead of handing it to Inductor; ``"tune": True`` asks the
@@ -153,11 +155,14 @@ def plan_cuda_gemms(gm: Any, *, kernels: bool = False) -> dict[str, list[dict[st
     PLANNED.update({key: rows[0]["template_id"] for key, rows in table.items()})
     rewritten = 0
     for node, site, device in found if kernels else ():
-        if getattr(_meta(node), "requires_grad", True) or site.op == "bmm":
-            continue  # a training graph: Inductor differentiates its own GEMMs; bmm: no op
-        config = kernel_config(lookup(site, device), site.k)
+        if getattr(_meta(node), "requires_grad", True):
+            continue  # a training graph: Inductor differentiates its own GEMMs
+        config = kernel_config(lookup(site, device), site)
         if config is not None:
-            _to_triton_op(gm.graph, node, site.epilogue, config)
+            if site.op == "bmm":
+                _to_triton_bmm(gm.graph, node, config)
+            else:
+                _to_triton_op(gm.graph, node, site.epilogue, config)
             PLANNED[site.key] = "kernel"
             rewritten += 1
     if rewritten:
@@ -384,6 +389,22 @@ def _to_triton_op(graph: Any, node: Any, epilogue: str, config: dict[str, Any]) 
             else:
                 (a, b), bias = node.args[:2], None
             new = graph.call_function(op, (a, b, bias, epilogue, config_json(config)))
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    graph.erase_node(node)
+
+
+def _to_triton_bmm(graph: Any, node: Any, config: dict[str, Any]) -> None:
+    """Replace a bmm node (``torch.bmm``, 3-D ``@``) with ``tunehub::triton_bmm`` running
+    ``config``."""
+    import torch
+
+    import tunehub.client.triton_bmm_op  # noqa: F401  (registers the op)
+    from tunehub.client.triton_op import config_json
+
+    a, b = node.args[:2]
+    with graph.inserting_before(node):
+        new = graph.call_function(torch.ops.tunehub.triton_bmm.default, (a, b, config_json(config)))
     new.meta.update(node.meta)
     node.replace_all_uses_with(new)
     graph.erase_node(node)

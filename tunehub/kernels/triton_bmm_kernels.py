@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tunehub.kernels.triton_gemm_kernels import _compile_like_jit, _FakeTensor, _tile_coords
+from tunehub.kernels.triton_gemm_kernels import Launch, _compile_like_jit, _FakeTensor, _tile_coords
 
 
 @triton.jit
@@ -212,9 +212,28 @@ def bmm_launch(
     allow_tf32: bool,
     num_sms: int = 0,
 ) -> Callable[[], None]:
-    """A bound launch of ``out[i] = a[i] @ b[i]`` (``a`` or ``b`` of batch stride 0 when one
-    matrix serves every entry, ``b`` also of batch size 1); ``num_sms`` (the persistent
-    ``TMA`` kernel's programs) defaults to the device's SMs."""
+    """A bound launch of ``out[i] = a[i] @ b[i]`` (``bmm_kernel_launch``'s, its arguments
+    computed once)."""
+    launch = bmm_kernel_launch(a, b, out, config, allow_tf32, num_sms)
+    kernel = launch.kernel[launch.grid]
+
+    def run() -> None:
+        kernel(*launch.args, **launch.kwargs)
+
+    return run
+
+
+def bmm_kernel_launch(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    config: dict[str, Any],
+    allow_tf32: bool,
+    num_sms: int = 0,
+) -> Launch:
+    """The launch computing ``out[i] = a[i] @ b[i]`` (``a`` or ``b`` of batch stride 0 when
+    one matrix serves every entry, ``b`` also of batch size 1) with ``config``; ``num_sms``
+    (the persistent ``TMA`` kernel's programs) defaults to the device's SMs."""
     batch, m, k = a.shape
     n = b.shape[-1]
     if b.shape[-2] != k or out.shape != (batch, m, n) or b.shape[0] not in (1, batch):
@@ -227,23 +246,13 @@ def bmm_launch(
         "BATCH_MAJOR": bool(config["BATCH_MAJOR"]),
         "PRECISION": precision(a.dtype, allow_tf32),
     }
-    if config.get("TMA", False):
-        if num_sms <= 0:
-            num_sms = _sm_count(out.device)
-        descs, flags = bmm_descriptors(a, b, out, dims, meta)
-        grid = (max(1, min(tiles * batch, num_sms)),)
-        args: tuple[Any, ...] = (*descs, m, n, k, batch)
-        kernel: Any = bmm_tma_kernel
-        extra.update(flags)
-    else:
-        grid = (tiles * batch,)
-        args = (a, b, out, *dims)
-        kernel = bmm_kernel
-
-    def launch() -> None:
-        kernel[grid](*args, **meta, **extra)
-
-    return launch
+    if not config.get("TMA", False):
+        return Launch(bmm_kernel, (tiles * batch,), (a, b, out, *dims), {**meta, **extra})
+    if num_sms <= 0:
+        num_sms = _sm_count(out.device)
+    descs, flags = bmm_descriptors(a, b, out, dims, meta)
+    grid = (max(1, min(tiles * batch, num_sms)),)
+    return Launch(bmm_tma_kernel, grid, (*descs, m, n, k, batch), {**meta, **extra, **flags})
 
 
 def _sm_count(device: torch.device) -> int:
