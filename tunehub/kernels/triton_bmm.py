@@ -209,13 +209,19 @@ class _TritonBatched(Template):
     def _variants(self, tile: dict[str, int], workload: Workload) -> Iterable[Config]:
         yield Config(tile)
 
+    def _tma_seeds(self, workload: Workload, target: Target) -> list[Config]:
+        """The TMA kernel's seed configs where it runs the workload (none by default)."""
+        return []
+
     def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
+        """The TMA kernel's seed tiles first where it runs the workload, then the shared
+        tiles on pointer loads."""
         space = self.space(workload, target)
         seeds: list[Config] = []
-        for tile in self._tiles(workload):
-            for config in self._variants(tile, workload):
-                if config not in seeds and space.is_valid(config):
-                    seeds.append(config)
+        tiles = (c for tile in self._tiles(workload) for c in self._variants(tile, workload))
+        for config in (*self._tma_seeds(workload, target), *tiles):
+            if config not in seeds and space.is_valid(config):
+                seeds.append(config)
         return seeds or [space.points[0]]
 
     def default_config(self, workload: Workload, target: Target) -> Config:
@@ -311,20 +317,14 @@ class TritonBmmTemplate(_TritonBatched):
         for major in self._order(workload):
             yield Config({**tile, "BATCH_MAJOR": major, "TMA": False})
 
-    def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
-        """The TMA kernel's seed tiles first where it runs the workload, then the shared
-        tiles on pointer loads."""
-        seeds = super().seed_configs(workload, target)
+    def _tma_seeds(self, workload: Workload, target: Target) -> list[Config]:
         if not bmm_tma_runs(workload, target):
-            return seeds
-        space = self.space(workload, target)
+            return []
         major = self._order(workload)[0]
-        tma = [
+        return [
             Config({**tile, "BATCH_MAJOR": major, "TMA": True})
             for tile in self._tiles(workload, BMM_TMA_TILES)
         ]
-        tma = [c for i, c in enumerate(tma) if c not in tma[:i] and space.is_valid(c)]
-        return tma + [c for c in seeds if c not in tma]
 
     def _compile_args(self, workload: Workload, config: Config, target: Target) -> tuple[int, ...]:
         m, n, k = workload.m, workload.n, workload.k
@@ -380,20 +380,14 @@ class TritonGroupedMmTemplate(_TritonBatched):
         yield Config({**tile, "SCHEDULE": "tile", "PROGRAMS": 1, "TMA": False})
         yield Config({**tile, "SCHEDULE": "persistent", "PROGRAMS": 2, "TMA": False})
 
-    def seed_configs(self, workload: Workload, target: Target) -> list[Config]:
-        """The TMA kernel's seed tiles first where it runs the workload, then the shared
-        tiles on pointer loads."""
-        seeds = super().seed_configs(workload, target)
+    def _tma_seeds(self, workload: Workload, target: Target) -> list[Config]:
         if not grouped_tma_runs(workload, target):
-            return seeds
-        space = self.space(workload, target)
-        tma = []
+            return []
         tiles = self._tiles(workload, (t[:5] for t in GROUPED_TMA_TILES), group_m=4)
-        for tile, spec in zip(tiles, GROUPED_TMA_TILES, strict=True):
-            config = Config({**tile, "SCHEDULE": "persistent", "PROGRAMS": spec[5], "TMA": True})
-            if config not in tma and space.is_valid(config):
-                tma.append(config)
-        return tma + [c for c in seeds if c not in tma]
+        return [
+            Config({**tile, "SCHEDULE": "persistent", "PROGRAMS": spec[5], "TMA": True})
+            for tile, spec in zip(tiles, GROUPED_TMA_TILES, strict=True)
+        ]
 
     def _compile_args(self, workload: Workload, config: Config, target: Target) -> tuple[int, ...]:
         m, n, k = workload.m, workload.n, workload.k

@@ -80,6 +80,14 @@ def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BATCH,
 
 
 @triton.jit
+def _entry_box(desc, entry, i0, j0, ROWS: tl.constexpr, COLS: tl.constexpr,
+               SHARED: tl.constexpr):  # fmt: skip
+    # The ROWS x COLS box at (i0, j0) of one entry's matrix as stored (row-major): a 3-D
+    # descriptor's box of that entry, or a 2-D one's where every entry is the same matrix.
+    return desc.load([i0, j0]) if SHARED else desc.load([entry, i0, j0]).reshape(ROWS, COLS)
+
+
+@triton.jit
 def bmm_tma_kernel(a_desc, b_desc, c_desc, M, N, K, BATCH,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr, BATCH_MAJOR: tl.constexpr, A_COL: tl.constexpr,
@@ -107,18 +115,14 @@ def bmm_tma_kernel(a_desc, b_desc, c_desc, M, N, K, BATCH,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kk in range(0, tl.cdiv(K, BLOCK_K)):
             k0 = kk * BLOCK_K
-            if A_SHARED:
-                a = a_desc.load([k0, m0]).T if A_COL else a_desc.load([m0, k0])
-            elif A_COL:
-                a = a_desc.load([entry, k0, m0]).reshape(BLOCK_K, BLOCK_M).T
+            if A_COL:
+                a = _entry_box(a_desc, entry, k0, m0, BLOCK_K, BLOCK_M, A_SHARED).T
             else:
-                a = a_desc.load([entry, m0, k0]).reshape(BLOCK_M, BLOCK_K)
-            if B_SHARED:
-                b = b_desc.load([n0, k0]).T if B_COL else b_desc.load([k0, n0])
-            elif B_COL:
-                b = b_desc.load([entry, n0, k0]).reshape(BLOCK_N, BLOCK_K).T
+                a = _entry_box(a_desc, entry, m0, k0, BLOCK_M, BLOCK_K, A_SHARED)
+            if B_COL:
+                b = _entry_box(b_desc, entry, n0, k0, BLOCK_N, BLOCK_K, B_SHARED).T
             else:
-                b = b_desc.load([entry, k0, n0]).reshape(BLOCK_K, BLOCK_N)
+                b = _entry_box(b_desc, entry, k0, n0, BLOCK_K, BLOCK_N, B_SHARED)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         c_desc.store([entry, m0, n0], acc.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
 
