@@ -544,8 +544,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     case["job"] = {k: job.get(k) for k in ("id", "state", "trials_done", "error")}
                     case["tuning_secs"] = job.get("tuning_secs")
                 answer = lookup(service, query_dict(wd), target=target_name, template=tuned.name)
+                # The confirmation's spread and the Baseline's time too: where the side-by-side
+                # rounds disagree with the job's, how far apart its own rounds were.
                 case["lookup"] = {k: answer.get(k) for k in ("source", "config", "median_secs",
-                                  "speedup_vs_baseline", "baseline_faster", "error")}  # fmt: skip
+                                  "confirmed_median_secs", "confirmed_spread",
+                                  "confirmed_rounds", "speedup_vs_baseline", "baseline_faster",
+                                  "error")}  # fmt: skip
+                case["lookup"]["baseline_secs"] = (answer.get("baseline") or {}).get("median_secs")
                 if not answer.get("config"):
                     case["error"] = f"lookup gave no config: {answer.get('error', answer)}"
                     op_cases.append(case)

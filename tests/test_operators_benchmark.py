@@ -104,6 +104,8 @@ def test_a_tiny_cpu_run_looks_up_times_side_by_side_and_writes_the_json(tmp_path
     assert result["skipped"]["attention"].startswith("no template runs attention on cpu")
     (bmm,) = [c for c in result["cases"] if c["op"] == "bmm"]
     assert bmm["lookup"]["source"] == "default" and bmm["template"] == "blis.bmm"
+    # Nothing confirmed or measured for a default: the fields say so rather than go missing.
+    assert bmm["lookup"]["confirmed_spread"] is None and "baseline_secs" in bmm["lookup"]
     assert len(bmm["rounds"]["tuned"]) == 2 and bmm["vendor"] == "torch.bmm"
     vendors = [label for label in bmm["medians"] if label.startswith("vendor ")]
     assert vendors == ["vendor threads=1", "vendor threads=2"]
