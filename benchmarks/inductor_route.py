@@ -313,7 +313,7 @@ def bmm(report: dict[str, Any]) -> None:
             }
             if cfg is not None:
                 out_t = torch.empty(batch, m, n, device="cuda", dtype=torch.float16)
-                launch = bmm_launch(a, b, out_t, {**cfg, "BATCH_MAJOR": True}, False)
+                launch = bmm_launch(a, b, out_t, {**cfg, "BATCH_MAJOR": True}, False).bind()
                 launch()
                 row["tunehub_err"] = ((out_t.float() - ref).norm() / ref.norm()).item()
                 row["tunehub_bmm_us"] = bench(launch)

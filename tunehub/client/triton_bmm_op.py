@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.library import triton_op
 
-from tunehub.client.triton_op import _interpreting, _num_sms, launch_traced
+from tunehub.client.triton_op import launch_traced
 
 OP = "tunehub::triton_bmm"
 
@@ -43,10 +43,6 @@ def triton_bmm(a: torch.Tensor, b: torch.Tensor, config: str) -> torch.Tensor:
     if not runs(cfg):
         raise ValueError(f"{OP} runs triton.bmm's configs, not {config}")
     out = torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=a.dtype, device=a.device)
-    if _interpreting() or a.device.type != "cuda":
-        num_sms = 3
-    else:
-        num_sms = _num_sms(a.device.index if a.device.index is not None else 0)
     allow_tf32 = a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    launch_traced(kernels.bmm_kernel_launch(a, b, out, cfg, allow_tf32, num_sms))
+    launch_traced(kernels.bmm_launch(a, b, out, cfg, allow_tf32))  # the device's SMs
     return out

@@ -348,7 +348,7 @@ class TritonBmmTemplate(_TritonBatched):
             request.config.to_dict(),
             request.workload.allow_tf32,
             max(1, sms),
-        )
+        ).bind()
 
 
 class TritonGroupedMmTemplate(_TritonBatched):

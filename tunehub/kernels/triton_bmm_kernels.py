@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from tunehub.kernels.triton_gemm_kernels import Launch, _compile_like_jit, _FakeTensor, _tile_coords
+from tunehub.kernels.triton_gemm_limits import _INTERPRETER_NUM_SMS
 
 
 @triton.jit
@@ -215,29 +216,11 @@ def bmm_launch(
     config: dict[str, Any],
     allow_tf32: bool,
     num_sms: int = 0,
-) -> Callable[[], None]:
-    """A bound launch of ``out[i] = a[i] @ b[i]`` (``bmm_kernel_launch``'s, its arguments
-    computed once)."""
-    launch = bmm_kernel_launch(a, b, out, config, allow_tf32, num_sms)
-    kernel = launch.kernel[launch.grid]
-
-    def run() -> None:
-        kernel(*launch.args, **launch.kwargs)
-
-    return run
-
-
-def bmm_kernel_launch(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    out: torch.Tensor,
-    config: dict[str, Any],
-    allow_tf32: bool,
-    num_sms: int = 0,
 ) -> Launch:
     """The launch computing ``out[i] = a[i] @ b[i]`` (``a`` or ``b`` of batch stride 0 when
     one matrix serves every entry, ``b`` also of batch size 1) with ``config``; ``num_sms``
-    (the persistent ``TMA`` kernel's programs) defaults to the device's SMs."""
+    (the persistent ``TMA`` kernel's programs) defaults to the device's SMs. ``.bind()`` it
+    for a call that a timer repeats."""
     batch, m, k = a.shape
     n = b.shape[-1]
     if b.shape[-2] != k or out.shape != (batch, m, n) or b.shape[0] not in (1, batch):
@@ -260,8 +243,8 @@ def bmm_kernel_launch(
 
 
 def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 3  # the interpreter: a few programs, each looping over several tiles
+    if device.type != "cuda":  # the interpreter: a few programs, each looping over tiles
+        return _INTERPRETER_NUM_SMS
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 

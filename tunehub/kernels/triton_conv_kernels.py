@@ -315,14 +315,11 @@ def bind(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
         return _gemm_launch(ops, config)
     if "BATCH_MAJOR" in config:
         return _bmm_launch(ops, config)
-    bound = [
-        (launch.kernel[launch.grid], launch.args, launch.kwargs)
-        for launch in conv_launches(ops.x, ops.w, ops.out, ops.workload, config)
-    ]
+    calls = [launch.bind() for launch in conv_launches(ops.x, ops.w, ops.out, ops.workload, config)]
 
     def launch() -> None:
-        for kernel, args, kwargs in bound:
-            kernel(*args, **kwargs)
+        for call in calls:
+            call()
 
     return launch
 
@@ -573,7 +570,8 @@ def _bmm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
     o = ops.w.shape[0]
     a = ops.w.view(1, o, c).expand(n, o, c)
     allow_tf32 = ops.workload.allow_tf32
-    return bmm_launch(a, ops.x.view(n, c, h * w), ops.out.view(n, o, h * w), config, allow_tf32)
+    b, out = ops.x.view(n, c, h * w), ops.out.view(n, o, h * w)
+    return bmm_launch(a, b, out, config, allow_tf32).bind()
 
 
 def reference(ops: ConvOperands) -> torch.Tensor:

@@ -61,7 +61,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -693,6 +693,15 @@ class Launch:
     grid: tuple[int, ...]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+
+    def bind(self) -> Callable[[], None]:
+        """The launch as a call, its kernel indexed by the grid once (a timer's loop)."""
+        kernel, args, kwargs = self.kernel[self.grid], self.args, self.kwargs
+
+        def run() -> None:
+            kernel(*args, **kwargs)
+
+        return run
 
 
 @dataclass(frozen=True)
