@@ -173,6 +173,31 @@ def test_the_check_fails_unwritten_rows_and_a_wrong_mask() -> None:
     assert not unmasked.ok and "relative error" in unmasked.message
 
 
+def test_a_kernel_writing_nan_is_one_stored_wrong_answer_not_a_failed_job() -> None:
+    # The H200 suite of 2026-11-26 lost its attention jobs at 6-8 trials: a candidate's
+    # non-finite output put an infinite relative error into the record's environment, which
+    # the store (strict JSON) refused, failing the whole job.
+    from tunehub.core import MeasureRecord
+    from tunehub.db.common import check_records
+    from tunehub.kernels.gpu_timing import check_then_time
+
+    w = attention(m=24, n=24, batch=1, heads=1)
+    ops = ak.operands(w, torch.device("cpu"), seed=3)
+    ref = ak.reference(ops)
+    result = check_then_time(
+        lambda: ops.out.fill_(math.nan),
+        lambda _: ak.check(ops.out, ref, "float16"),
+        device=torch.device("cpu"),
+        environment={},
+        timing=TimingPolicy(min_secs=0.01, max_repeats=1),
+    )
+    assert result.status is MeasureStatus.WRONG_ANSWER and "not finite" in result.error
+    assert result.environment["relative_error"] is None
+    config = Config({"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1})
+    record = MeasureRecord(request("triton.attention", w, config), result)
+    assert check_records([record]) == [record]
+
+
 # --- the template and the baseline ---------------------------------------------------------------
 def request(template: str, workload: Workload, config: Config) -> MeasureRequest:
     tmpl = get_template(template)

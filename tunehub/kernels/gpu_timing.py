@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import secrets
 import time
@@ -188,7 +189,10 @@ def check_then_time(
         _synchronize(device)
     verdict = check(got)
     verify_secs = time.perf_counter() - start
-    environment.update(relative_error=verdict.relative_error, tolerance=verdict.tolerance)
+    # A non-finite output has no finite error; the record says None (stored environments are
+    # strict JSON, where infinity is not a value) and the message says which element.
+    error = verdict.relative_error if math.isfinite(verdict.relative_error) else None
+    environment.update(relative_error=error, tolerance=verdict.tolerance)
     if not verdict.ok:
         note = f"; {wrong_answer_note}" if wrong_answer_note else ""
         return MeasureResult(
