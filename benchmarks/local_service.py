@@ -160,6 +160,29 @@ def tune_shapes(
     return [jobs[i] for i in ids]
 
 
+def job_outcomes(service: Service, job_id: int, *, keep: int = 20) -> dict[str, Any]:
+    """How a job's trials ended: a count per status and the first ``keep`` that were not
+    ``ok`` (config, status, error's first line), so a suite shows what failed, not only
+    that its job did."""
+    counts: dict[str, int] = {}
+    failed: list[dict[str, Any]] = []
+    after = None
+    with httpx.Client(base_url=service.url, headers={"X-API-Key": service.key}, timeout=30) as h:
+        while True:
+            params = {"after": after} if after is not None else {}
+            page = h.get(f"/api/v1/jobs/{job_id}/records", params=params).json()
+            for item in page.get("items", []):
+                counts[item["status"]] = counts.get(item["status"], 0) + 1
+                if item["status"] != "ok" and len(failed) < keep:
+                    error = (item.get("error") or "").strip().splitlines()
+                    failed.append({"config": item["config"], "status": item["status"],
+                                   "error": error[0][:300] if error else ""})  # fmt: skip
+            if not page.get("items") or page.get("next_after") in (None, after):
+                break
+            after = page["next_after"]
+    return {"statuses": counts, "failed": failed}
+
+
 def lookup(service: Service, workload: dict[str, Any], *, target: str, template: str) -> Any:
     params = {k: str(v).lower() if isinstance(v, bool) else v for k, v in workload.items()}
     response = httpx.get(

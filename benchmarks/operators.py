@@ -52,7 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from local_service import REPO, local_service, lookup, machine, tune_shapes
+from local_service import REPO, job_outcomes, local_service, lookup, machine, tune_shapes
 
 from tunehub.core import Config, MeasureRequest, MeasureStatus, Target, Workload
 from tunehub.core.errors import InvalidSpec
@@ -543,6 +543,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     job = jobs[i]
                     case["job"] = {k: job.get(k) for k in ("id", "state", "trials_done", "error")}
                     case["tuning_secs"] = job.get("tuning_secs")
+                    case["trials"] = job_outcomes(service, job["id"])
                 answer = lookup(service, query_dict(wd), target=target_name, template=tuned.name)
                 # The confirmation's spread and the Baseline's time too: where the side-by-side
                 # rounds disagree with the job's, how far apart its own rounds were.
