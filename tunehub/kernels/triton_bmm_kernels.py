@@ -33,8 +33,13 @@ import torch
 import triton
 import triton.language as tl
 
-from tunehub.kernels.triton_gemm_kernels import Launch, _compile_like_jit, _FakeTensor, _tile_coords
-from tunehub.kernels.triton_gemm_limits import _INTERPRETER_NUM_SMS
+from tunehub.kernels.triton_gemm_kernels import (
+    Launch,
+    _compile_like_jit,
+    _FakeTensor,
+    _tile_coords,
+    sm_count,
+)
 
 
 @triton.jit
@@ -236,16 +241,10 @@ def bmm_launch(
     if not config.get("TMA", False):
         return Launch(bmm_kernel, (tiles * batch,), (a, b, out, *dims), {**meta, **extra})
     if num_sms <= 0:
-        num_sms = _sm_count(out.device)
+        num_sms = sm_count(out.device)
     descs, flags = bmm_descriptors(a, b, out, dims, meta)
     grid = (max(1, min(tiles * batch, num_sms)),)
     return Launch(bmm_tma_kernel, grid, (*descs, m, n, k, batch), {**meta, **extra, **flags})
-
-
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":  # the interpreter: a few programs, each looping over tiles
-        return _INTERPRETER_NUM_SMS
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def bmm_descriptors(

@@ -704,6 +704,14 @@ class Launch:
         return run
 
 
+def sm_count(device: torch.device) -> int:
+    """Programs a persistent kernel launches per wave: the GPU's SMs, or under the
+    interpreter (CPU tensors) a few, so a program loops over several tiles."""
+    if device.type != "cuda":
+        return _INTERPRETER_NUM_SMS
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
 @dataclass(frozen=True)
 class _Problem:
     m: int
@@ -1161,10 +1169,7 @@ def bind(
             if t.data_ptr() % 16 or lead[what] * elem % 16:
                 raise ValueError(f"{what}: TMA needs a 16-byte aligned base and leading dimension")
     if num_sms is None:
-        if device.type == "cuda":
-            num_sms = torch.cuda.get_device_properties(device).multi_processor_count
-        else:
-            num_sms = _INTERPRETER_NUM_SMS
+        num_sms = sm_count(device)
     split_k = cfg["SPLIT_K"]
     counts = None
     if cfg["variant"] in ONE_KERNEL_SPLIT_VARIANTS:
