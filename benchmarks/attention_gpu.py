@@ -86,6 +86,14 @@ SHAPES = (
     _shape(16, 16, 1024, 64, True, "float16"),
     _shape(4, 16, 4096, 64, False, "float16"),
     _shape(4, 16, 4096, 64, True, "bfloat16"),
+    # benchmarks/operators.py's attention set beyond those: LLaMA-2-7B causal prefill at
+    # 1,024 / 2,048 / 4,096 tokens (4,096 tokens a batch), a Mistral-7B chunked decode (16
+    # queries over 8,192 cached keys) and ViT-L/14 (257 tokens, head dim 64).
+    _shape(4, 32, 1024, 128, True, "float16"),
+    _shape(2, 32, 2048, 128, True, "float16"),
+    _shape(1, 32, 4096, 128, True, "float16"),
+    Shape("b8h32-q16-kv8192-d128-full-fp16", 8, 32, 16, 8192, 128, False, "float16"),
+    Shape("b32h16-257-d64-full-fp16", 32, 16, 257, 257, 64, False, "float16"),
 )
 TINY_SHAPES = (
     Shape("tiny-causal", 1, 2, 40, 40, 64, True, "float16"),
@@ -93,17 +101,20 @@ TINY_SHAPES = (
 )
 
 
-def _config(bm: int, bn: int, warps: int, stages: int, loads: str) -> dict[str, Any]:
+def _config(
+    bm: int, bn: int, warps: int, stages: int, loads: str, persistent: int = 0
+) -> dict[str, Any]:
     return {
         "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages,
-        "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws",
+        "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws", "PERSISTENT": persistent,
     }  # fmt: skip
 
 
 # (name, config, head_dims it is meant for). "ptr": pointer loads; "tma": tensor descriptors;
-# "ws": tma with Triton's warp specialisation (a producer warpgroup, two consumers). Every one
-# compiles for sm_90 without spilling (benchmarks/notes/attention_hopper.md) and is in the
-# template's space on an H100/H200 for the shapes above (tests/test_attention_gpu_bench.py).
+# "ws": tma with Triton's warp specialisation (a producer warpgroup, two consumers); a "-pN"
+# suffix: persistent, N programs an SM. Every one compiles for sm_90 without spilling
+# (benchmarks/notes/attention_hopper.md) and is in the template's space on an H100/H200 for
+# the shapes above whose queries fill its BLOCK_M (tests/test_attention_gpu_bench.py).
 CANDIDATES: tuple[tuple[str, dict[str, Any], tuple[int, ...]], ...] = (
     ("ptr-64x64-w4-s3", _config(64, 64, 4, 3, "ptr"), (64, 128)),  # the probe's v1 winner
     ("ptr-128x64-w8-s3", _config(128, 64, 8, 3, "ptr"), (64, 128)),  # v1's default
@@ -117,6 +128,19 @@ CANDIDATES: tuple[tuple[str, dict[str, Any], tuple[int, ...]], ...] = (
     ("ws-128x64-w4-s3", _config(128, 64, 4, 3, "ws"), (64, 128)),
     ("ws-128x128-w4-s2", _config(128, 128, 4, 2, "ws"), (64, 128)),
     ("ws-128x128-w4-s3", _config(128, 128, 4, 3, "ws"), (64,)),
+    ("ptr-64x64-w4-s3-p1", _config(64, 64, 4, 3, "ptr", 1), (64, 128)),
+    ("ptr-64x64-w4-s3-p2", _config(64, 64, 4, 3, "ptr", 2), (64, 128)),
+    ("ptr-128x64-w8-s3-p1", _config(128, 64, 8, 3, "ptr", 1), (64, 128)),
+    ("tma-64x64-w4-s2-p2", _config(64, 64, 4, 2, "tma", 2), (64, 128)),
+    ("tma-64x64-w4-s3-p1", _config(64, 64, 4, 3, "tma", 1), (64, 128)),
+    ("tma-128x64-w8-s3-p1", _config(128, 64, 8, 3, "tma", 1), (64, 128)),
+    ("tma-128x128-w8-s2-p1", _config(128, 128, 8, 2, "tma", 1), (64, 128)),
+    ("tma-128x64-w4-s3-p2", _config(128, 64, 4, 3, "tma", 2), (64,)),
+    # A decode's 16 queries: one 16-row tile a (batch, head).
+    ("ptr-16x64-w4-s4", _config(16, 64, 4, 4, "ptr"), (128,)),
+    ("ptr-16x128-w4-s3", _config(16, 128, 4, 3, "ptr"), (128,)),
+    ("tma-16x128-w4-s3", _config(16, 128, 4, 3, "tma"), (128,)),
+    ("ptr-16x64-w4-s3", _config(16, 64, 4, 3, "ptr"), (128,)),
 )
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "auto")
 SDP_MEMBER = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
@@ -125,10 +149,14 @@ SDP_MEMBER = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
 
 def candidates_for(shape: Shape, names: Iterable[str] | None = None) -> list[str]:
     wanted = set(names) if names is not None else None
+    # 16-row query tiles where the queries are that few (a decode), and only there.
+    decode = shape.q_len <= 16
     return [
         name
-        for name, _, dims in CANDIDATES
-        if shape.head_dim in dims and (wanted is None or name in wanted)
+        for name, config, dims in CANDIDATES
+        if shape.head_dim in dims
+        and (config["BLOCK_M"] == 16) == decode
+        and (wanted is None or name in wanted)
     ]
 
 

@@ -4,16 +4,19 @@ The kernel (``triton_attention_kernels``) runs one program per BLOCK_M query row
 (batch, head), walking the keys BLOCK_N at a time with an online softmax in base 2; only the
 key blocks on the causal diagonal or past the end are masked, and blocks above the diagonal
 are never read. Knobs: ``BLOCK_M`` and ``BLOCK_N`` (the query and key tiles), ``num_warps``,
-``num_stages`` (how deep the key loop's loads are pipelined), and on Hopper and later ``TMA``
-(Q, K, V and O through tensor descriptors made in the kernel) and, with TMA on sm_90,
-``WARP_SPECIALIZE`` (Triton's warp specialisation of the key loop: a producer warpgroup
-issuing the TMA loads and two consumer warpgroups, 12 warps for ``num_warps=4``).
+``num_stages`` (how deep the key loop's loads are pipelined), ``PERSISTENT`` (0: one program a
+query tile; 1 or 2: that many programs an SM, each walking tiles, causal ones longest first
+over every batch and head), and on Hopper and later ``TMA`` (Q, K, V and O through tensor
+descriptors made in the kernel, once a program when persistent) and, with TMA on sm_90 and
+not persistent, ``WARP_SPECIALIZE`` (Triton's warp specialisation of the key loop: a producer
+warpgroup issuing the TMA loads and two consumer warpgroups, 12 warps for ``num_warps=4``).
 
 The space keeps tiles no larger than the sequence lengths need, and leaves out configs whose
 shared memory does not fit the device's or whose register estimate (the output accumulator
 and the score tile per thread) is past what ptxas holds without heavy spills (calibrated on
-sm_90 builds: ``benchmarks/notes/attention_hopper.md``), and warp specialisation where
-Triton 3.6 does not apply it (``num_warps`` other than 4 silently compiles the plain loop).
+sm_90 builds: ``benchmarks/notes/attention_hopper.md``), persistent programs an SM whose
+shared memory does not fit it together, and warp specialisation where Triton 3.6 does not
+apply it (``num_warps`` other than 4 silently compiles the plain loop).
 This module imports neither torch nor Triton at import time; ``run`` does, in the GPU's run
 sandbox (or on the CPU under TRITON_INTERPRET=1).
 
@@ -57,6 +60,9 @@ BLOCK_MS = (16, 32, 64, 128, 256)
 BLOCK_NS = (16, 32, 64, 128)
 WARPS = (2, 4, 8)
 STAGES = (1, 2, 3, 4, 5)
+PERSISTENT = (0, 1, 2)
+# Shared memory the driver keeps per resident block (sm_90).
+RESERVED_SMEM_PER_BLOCK = 1024
 # Shared memory per block where the fingerprint does not say (an A100's opt-in limit).
 DEFAULT_SMEM = 166912
 # fp32 values a thread may hold for the accumulator and the score tile before the config is
@@ -110,7 +116,8 @@ def _on(config: Config, key: str) -> bool:
 def shared_bytes(config: Config, head_dim: int, elem: int = 2) -> int:
     """Shared memory the kernel needs: Q's tile and a K and a V tile per stage; warp
     specialisation adds O's staging tile and a K/V handoff (at least 128 rows of O, measured
-    on sm_90 builds: 17-33 KiB), and TMA its barriers."""
+    on sm_90 builds: 17-33 KiB), and TMA its barriers; a persistent TMA program keeps O's
+    staging tile beside the loop's buffers (sm_90 builds: 16-32 KiB more)."""
     stages = max(1, int(config["num_stages"]))
     block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     total = elem * head_dim * (block_m + 2 * stages * block_n)
@@ -118,7 +125,15 @@ def shared_bytes(config: Config, head_dim: int, elem: int = 2) -> int:
         total += elem * head_dim * (max(block_m, 128) + block_n)
     if _on(config, "TMA"):
         total += 1024
+        if _on(config, "PERSISTENT"):
+            total += elem * head_dim * block_m
     return total
+
+
+def resident(config: Config, head_dim: int, smem_per_sm: int) -> bool:
+    """Whether a PERSISTENT config's programs an SM fit its shared memory together."""
+    programs = int(config.get("PERSISTENT", 0))
+    return programs * (shared_bytes(config, head_dim) + RESERVED_SMEM_PER_BLOCK) <= smem_per_sm
 
 
 def values_per_thread(config: Config, head_dim: int) -> float:
@@ -135,7 +150,8 @@ class TritonAttentionTemplate(Template):
     name = "triton.attention"
     # 2: masks only on the diagonal and last key blocks, causal tiles launched longest first,
     # the TMA and WARP_SPECIALIZE knobs (records of version 1 time other code).
-    version = 2
+    # 3: the PERSISTENT knob.
+    version = 3
     device_kind = "cuda"
     baseline_template = "torch.sdpa"
     slowest_gflops = 50.0
@@ -155,7 +171,9 @@ class TritonAttentionTemplate(Template):
         head_dim = workload.k
         cap_m = _pow2_at_least(workload.m, 16)
         cap_n = _pow2_at_least(workload.n, 16)
-        smem = int(device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM)
+        props = device_props(target)
+        smem = int(props.get("smem_per_block_bytes") or DEFAULT_SMEM)
+        smem_sm = int(props.get("smem_per_sm_bytes") or smem + RESERVED_SMEM_PER_BLOCK)
         capability = capability_of(target)
 
         def fits(c: Config) -> bool:
@@ -169,8 +187,14 @@ class TritonAttentionTemplate(Template):
 
         def specialised(c: Config) -> bool:
             # Triton 3.6 specialises the loop only from TMA loads, with num_warps=4 (other
-            # counts compile the plain loop: the same kernel as WARP_SPECIALIZE off).
-            return not _on(c, "WARP_SPECIALIZE") or (_on(c, "TMA") and int(c["num_warps"]) == 4)
+            # counts compile the plain loop: the same kernel as WARP_SPECIALIZE off), and one
+            # loop a kernel (not inside a persistent program's tile loop).
+            return not _on(c, "WARP_SPECIALIZE") or (
+                _on(c, "TMA") and int(c["num_warps"]) == 4 and not _on(c, "PERSISTENT")
+            )
+
+        def fit_together(c: Config) -> bool:
+            return resident(c, head_dim, smem_sm)
 
         tma = (False, True) if capability >= 90 else (False,)
         ws = (False, True) if capability // 10 == 9 else (False,)
@@ -181,12 +205,15 @@ class TritonAttentionTemplate(Template):
             Knob("num_stages", STAGES),
             Knob("TMA", tma),
             Knob("WARP_SPECIALIZE", ws),
+            Knob("PERSISTENT", PERSISTENT),
         )
+        sizes = ("BLOCK_M", "BLOCK_N", "num_stages", "TMA", "WARP_SPECIALIZE", "PERSISTENT")
         constraints = (
             KnobConstraint(("BLOCK_M", "BLOCK_N"), fits),
-            KnobConstraint(("num_warps", "TMA", "WARP_SPECIALIZE"), specialised),
+            KnobConstraint(("num_warps", "TMA", "WARP_SPECIALIZE", "PERSISTENT"), specialised),
             KnobConstraint(("BLOCK_M", "BLOCK_N", "num_warps", "WARP_SPECIALIZE"), registers),
-            KnobConstraint(("BLOCK_M", "BLOCK_N", "num_stages", "TMA", "WARP_SPECIALIZE"), shared),
+            KnobConstraint(sizes, shared),
+            KnobConstraint(sizes, fit_together),
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
 
@@ -194,7 +221,9 @@ class TritonAttentionTemplate(Template):
         if self.space(workload, target).is_valid(config):
             return None
         why = "outside the space"
-        names = {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPECIALIZE"}
+        names = {
+            "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPECIALIZE", "PERSISTENT",
+        }  # fmt: skip
         try:
             if set(config) != names:
                 missing, unknown = sorted(names - set(config)), sorted(set(config) - names)
@@ -204,6 +233,8 @@ class TritonAttentionTemplate(Template):
                 _on(config, "TMA") and int(config["num_warps"]) == 4
             ):
                 why = "WARP_SPECIALIZE needs TMA and num_warps=4"
+            elif _on(config, "WARP_SPECIALIZE") and _on(config, "PERSISTENT"):
+                why = "WARP_SPECIALIZE takes one loop a kernel: not with PERSISTENT"
             elif (_on(config, "TMA") and capability_of(target) < 90) or (
                 _on(config, "WARP_SPECIALIZE") and capability_of(target) // 10 != 9
             ):
@@ -214,8 +245,14 @@ class TritonAttentionTemplate(Template):
                 device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM
             ):
                 why = f"needs {shared_bytes(config, workload.k)} bytes of shared memory"
-            else:
+            elif config["PERSISTENT"] not in PERSISTENT:
+                why = f"PERSISTENT is one of {PERSISTENT} (programs an SM; 0: off)"
+            elif not self.space(workload, target).is_valid(
+                Config({**config.to_dict(), "PERSISTENT": 0})
+            ):
                 why = "a tile larger than the sequence, or a value not among the knob's"
+            else:
+                why = f"{config['PERSISTENT']} programs of it do not fit an SM's shared memory"
         except (KeyError, TypeError, ValueError):
             pass
         return f"config is not in the space of {self.name}: {why}"
@@ -230,7 +267,7 @@ class TritonAttentionTemplate(Template):
         return [
             Config({
                 "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s,
-                "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws",
+                "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws", "PERSISTENT": 0,
             })
             for bm, bn, w, s, loads in tiles
         ]  # fmt: skip
