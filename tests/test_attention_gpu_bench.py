@@ -38,15 +38,14 @@ H100 = Target(
 
 def test_every_candidate_is_in_the_templates_space_for_its_shapes() -> None:
     tmpl = get_template("triton.attention")
-    pairs = 0
     for shape in bench.SHAPES:
         workload = Workload.from_dict(shape.workload_dict())
-        for name in bench.candidates_for(shape):
+        names = bench.candidates_for(shape)
+        for name in names:
             config = Config(bench.CONFIGS[name])
             assert tmpl.invalid_reason(workload, H100, config) is None, (shape.name, name)
             assert ak.config_problem(bench.CONFIGS[name]) is None
-            pairs += 1
-    assert pairs >= 8 * len(bench.SHAPES)
+        assert len(names) >= (4 if shape.q_len <= 16 else 6), shape.name
     # Both head_dims, both masks and both dtypes are among the shapes.
     assert {(s.head_dim, s.causal) for s in bench.SHAPES} == {
         (64, False), (64, True), (128, False), (128, True)
@@ -73,7 +72,7 @@ def test_a_tiny_shape_runs_end_to_end_under_the_interpreter(tmp_path: Path) -> N
     report = json.loads(out.read_text())
     rows = {(r["shape"], r["item"]): r for r in report["results"]}
     for shape in bench.TINY_SHAPES:
-        for name in names.split(","):
+        for name in bench.candidates_for(shape, names.split(",")):
             row = rows[(shape.name, name)]
             assert row["status"] == "ok", row
             assert 0 < row["relative_error"] < 3e-3 and row["median_ms"] > 0
@@ -81,7 +80,8 @@ def test_a_tiny_shape_runs_end_to_end_under_the_interpreter(tmp_path: Path) -> N
         assert rows[(shape.name, "sdpa:cudnn")]["status"] == "invalid"
         assert rows[(shape.name, "sdpa:auto")]["status"] == "ok"
     summary = report["summary"]
-    assert set(summary["candidate_geomean_vs_best_sdpa"]) == set(names.split(","))
+    # A geomean for each candidate measured on every shape (ws: full attention only).
+    assert set(summary["candidate_geomean_vs_best_sdpa"]) == set(names.split(",")[:2])
     assert summary["geomean_best_candidate_vs_best_sdpa"] > 0
     shape = summary["shapes"][bench.TINY_SHAPES[0].name]
     best = shape["best_candidate"]

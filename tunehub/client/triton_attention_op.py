@@ -64,7 +64,7 @@ def triton_attention(
     batch, heads, q_len, head_dim = q.shape
     grid, args, kwargs = kernels.launch_args(
         q, k, v, out, (batch, heads, q_len, k.shape[2], head_dim),
-        (q.stride(), k.stride(), v.stride(), out.stride()), causal, cfg, kernels.sm_count(q.device),
+        (q.stride(), k.stride(), v.stride(), out.stride()), causal, cfg,
     )  # fmt: skip
     wrap_triton(kernels._attention_fwd)[grid](*args, **kwargs)
     return out

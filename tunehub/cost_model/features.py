@@ -401,14 +401,12 @@ def _blis_bmm(workload: Workload, target: Target, configs: Sequence[Config]) -> 
 # the knobs, and what the tiles make of it: programs (query tiles x batch x heads) over the
 # SMs and the last wave's fill, padding of the query and key tiles, key blocks each program
 # walks (about half when causal), shared memory and fp32 values per thread (as
-# tunehub.kernels.triton_attention estimates them; copied so this module reads no kernel code),
-# the loads (TMA, warp specialised) and a persistent launch's programs an SM and tiles each.
+# tunehub.kernels.triton_attention estimates them; copied so this module reads no kernel code).
 ATTENTION_NAMES = (
     "log2_q_len", "log2_kv_len", "head_dim", "log2_heads_batch", "causal", "log2_flops",
     "dtype_bytes", "block_m", "block_n", "log2_block_m", "log2_block_n", "num_warps",
     "num_stages", "log2_programs", "waves", "last_wave_fill", "pad_m", "pad_n",
     "log2_key_blocks", "smem_kib", "values_per_thread", "log2_flops_per_program",
-    "tma", "warp_specialize", "persistent", "log2_tiles_per_program",
 )  # fmt: skip
 
 
@@ -423,8 +421,6 @@ def _attention(workload: Workload, target: Target, configs: Sequence[Config]) ->
     stages = np.maximum(_knob(configs, "num_stages", 2), 1.0)
     programs = _ceil_div(q, bm) * pairs
     waves = _ceil_div(programs, sms)
-    persistent = _knob(configs, "PERSISTENT", 0)
-    launched = np.where(persistent > 0, np.minimum(programs, persistent * sms), programs)
     key_blocks = _ceil_div(kv, bn)
     if causal:
         # A query tile walks the key blocks up to its last row: about half of them on average.
@@ -457,10 +453,6 @@ def _attention(workload: Workload, target: Target, configs: Sequence[Config]) ->
         smem_kib=2.0 * d * (bm + 2.0 * stages * bn) / 1024.0,
         values_per_thread=bm * (d + bn) / (32.0 * warps),
         log2_flops_per_program=_log2(4.0 * bm * bn * d * key_blocks),
-        tma=_knob(configs, "TMA", 0),
-        warp_specialize=_knob(configs, "WARP_SPECIALIZE", 0),
-        persistent=persistent,
-        log2_tiles_per_program=_log2(programs / launched),
     )
     return out
 
@@ -736,8 +728,7 @@ FEATURE_SETS: dict[str, FeatureSet] = {
         "triton.gemm", 6, TRITON_NAMES, _triton, consensus=1, default_margin=0.05
     ),
     "blis.bmm": FeatureSet("blis.bmm", 1, BMM_NAMES, _blis_bmm, consensus=20),
-    # 2: the loads (TMA, WARP_SPECIALIZE) and PERSISTENT's columns.
-    "triton.attention": FeatureSet("triton.attention", 2, ATTENTION_NAMES, _attention),
+    "triton.attention": FeatureSet("triton.attention", 1, ATTENTION_NAMES, _attention),
     # 2: the persistent TMA kernel's column (``tma``).
     "triton.bmm": FeatureSet("triton.bmm", 2, TRITON_BMM_NAMES, _triton_bmm, consensus=1),
     "triton.grouped_mm": FeatureSet(

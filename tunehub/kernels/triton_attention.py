@@ -4,19 +4,18 @@ The kernel (``triton_attention_kernels``) runs one program per BLOCK_M query row
 (batch, head), walking the keys BLOCK_N at a time with an online softmax in base 2; only the
 key blocks on the causal diagonal or past the end are masked, and blocks above the diagonal
 are never read. Knobs: ``BLOCK_M`` and ``BLOCK_N`` (the query and key tiles), ``num_warps``,
-``num_stages`` (how deep the key loop's loads are pipelined), ``PERSISTENT`` (0: one program a
-query tile; 1 or 2: that many programs an SM, each walking tiles, causal ones longest first
-over every batch and head), and on Hopper and later ``TMA`` (Q, K, V and O through tensor
-descriptors made in the kernel, once a program when persistent) and, with TMA on sm_90 and
-not persistent, ``WARP_SPECIALIZE`` (Triton's warp specialisation of the key loop: a producer
-warpgroup issuing the TMA loads and two consumer warpgroups, 12 warps for ``num_warps=4``).
+``num_stages`` (how deep the key loop's loads are pipelined), and on Hopper and later ``TMA``
+(Q, K, V and O through tensor descriptors made in the kernel) and, with TMA on sm_90,
+``WARP_SPECIALIZE`` (Triton's warp specialisation of the key loop: a producer warpgroup
+issuing the TMA loads and two consumer warpgroups, 12 warps for ``num_warps=4``).
 
 The space keeps tiles no larger than the sequence lengths need, and leaves out configs whose
 shared memory does not fit the device's or whose register estimate (the output accumulator
 and the score tile per thread) is past what ptxas holds without heavy spills (calibrated on
-sm_90 builds: ``benchmarks/notes/attention_hopper.md``), persistent programs an SM whose
-shared memory does not fit it together, and warp specialisation where Triton 3.6 does not
-apply it (``num_warps`` other than 4 silently compiles the plain loop).
+sm_90 builds: ``benchmarks/notes/attention_hopper.md``), and warp specialisation where
+Triton 3.6 does not apply it (``num_warps`` other than 4 silently compiles the plain loop) or
+where its kernels computed wrong outputs on an H200: causal attention, and any ``num_stages``
+but 2 (non-finite outputs at 3; ``attention_gpu-persistent-h200-20261127T0706.json``).
 This module imports neither torch nor Triton at import time; ``run`` does, in the GPU's run
 sandbox (or on the CPU under TRITON_INTERPRET=1).
 
@@ -60,9 +59,6 @@ BLOCK_MS = (16, 32, 64, 128, 256)
 BLOCK_NS = (16, 32, 64, 128)
 WARPS = (2, 4, 8)
 STAGES = (1, 2, 3, 4, 5)
-PERSISTENT = (0, 1, 2)
-# Shared memory the driver keeps per resident block (sm_90).
-RESERVED_SMEM_PER_BLOCK = 1024
 # Shared memory per block where the fingerprint does not say (an A100's opt-in limit).
 DEFAULT_SMEM = 166912
 # fp32 values a thread may hold for the accumulator and the score tile before the config is
@@ -74,19 +70,21 @@ MAX_VALUES_PER_THREAD = 192
 # first that fits being the default. Hopper's follow what Triton's fused-attention tutorial
 # keeps on sm_90 (BLOCK_M 128, 8 warps for 128 x 128 tiles, 4 below; facts about its autotune
 # list, not its code) and FlashAttention-3's producer/consumer split, ordered by what was
-# fastest on an H200 over 10 LLaMA/Mistral shapes (attention_gpu-h200-20261126T1457.json):
-# ws 128x128 with 4 warps for full attention at head dim 128 (3 of 3 shapes), tma 128x64 at
-# 64; for causal attention (HOPPER_CAUSAL_FIRST) 64x64 pointer-load tiles, fastest on 5 of 6
-# (fewer wasted keys on the diagonal). Then pointer-load tiles for older GPUs; then smaller
-# ones for short sequences.
+# fastest on an H200 over 15 LLaMA/Mistral/ViT shapes (attention_gpu-h200-20261126T1457.json,
+# attention_gpu-persistent-h200-20261127T0706.json): ws 128x128 with 4 warps for full
+# attention at head dim 128 (3 of 3 shapes), 128x64 pointer loads with 8 warps at 64 (and
+# 64x64 for ViT's 257 tokens); for causal attention (HOPPER_CAUSAL_FIRST) 64x64 pointer-load
+# tiles, fastest on 7 of 10 (fewer wasted keys on the diagonal), then tma 128x128 with 8
+# warps (8,192 tokens). Warp-specialised seeds apply to full attention only (the space).
+# Then pointer-load tiles for older GPUs; then smaller ones for short sequences.
 HOPPER_SEEDS = {
     64: (
-        (128, 64, 8, 3, "tma"), (128, 64, 4, 3, "tma"), (128, 128, 8, 3, "tma"),
-        (128, 128, 4, 3, "ws"), (128, 64, 4, 3, "ws"), (64, 64, 4, 3, "tma"),
+        (128, 64, 8, 3, "ptr"), (64, 64, 4, 3, "ptr"), (128, 64, 4, 3, "tma"),
+        (128, 64, 8, 3, "tma"), (128, 128, 4, 2, "ws"), (128, 64, 4, 2, "ws"),
     ),
     128: (
-        (128, 128, 4, 2, "ws"), (128, 64, 8, 3, "tma"), (128, 128, 8, 2, "tma"),
-        (128, 64, 4, 2, "ws"), (128, 64, 4, 3, "ws"), (64, 64, 4, 3, "tma"),
+        (128, 128, 4, 2, "ws"), (128, 128, 8, 3, "tma"), (128, 64, 8, 3, "ptr"),
+        (128, 64, 4, 2, "ws"), (128, 64, 8, 3, "tma"), (64, 64, 4, 3, "tma"),
     ),
 }  # fmt: skip
 HOPPER_CAUSAL_FIRST = (64, 64, 4, 3, "ptr")
@@ -116,8 +114,7 @@ def _on(config: Config, key: str) -> bool:
 def shared_bytes(config: Config, head_dim: int, elem: int = 2) -> int:
     """Shared memory the kernel needs: Q's tile and a K and a V tile per stage; warp
     specialisation adds O's staging tile and a K/V handoff (at least 128 rows of O, measured
-    on sm_90 builds: 17-33 KiB), and TMA its barriers; a persistent TMA program keeps O's
-    staging tile beside the loop's buffers (sm_90 builds: 16-32 KiB more)."""
+    on sm_90 builds: 17-33 KiB), and TMA its barriers."""
     stages = max(1, int(config["num_stages"]))
     block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     total = elem * head_dim * (block_m + 2 * stages * block_n)
@@ -125,15 +122,7 @@ def shared_bytes(config: Config, head_dim: int, elem: int = 2) -> int:
         total += elem * head_dim * (max(block_m, 128) + block_n)
     if _on(config, "TMA"):
         total += 1024
-        if _on(config, "PERSISTENT"):
-            total += elem * head_dim * block_m
     return total
-
-
-def resident(config: Config, head_dim: int, smem_per_sm: int) -> bool:
-    """Whether a PERSISTENT config's programs an SM fit its shared memory together."""
-    programs = int(config.get("PERSISTENT", 0))
-    return programs * (shared_bytes(config, head_dim) + RESERVED_SMEM_PER_BLOCK) <= smem_per_sm
 
 
 def values_per_thread(config: Config, head_dim: int) -> float:
@@ -150,8 +139,7 @@ class TritonAttentionTemplate(Template):
     name = "triton.attention"
     # 2: masks only on the diagonal and last key blocks, causal tiles launched longest first,
     # the TMA and WARP_SPECIALIZE knobs (records of version 1 time other code).
-    # 3: the PERSISTENT knob.
-    version = 3
+    version = 2
     device_kind = "cuda"
     baseline_template = "torch.sdpa"
     slowest_gflops = 50.0
@@ -171,9 +159,7 @@ class TritonAttentionTemplate(Template):
         head_dim = workload.k
         cap_m = _pow2_at_least(workload.m, 16)
         cap_n = _pow2_at_least(workload.n, 16)
-        props = device_props(target)
-        smem = int(props.get("smem_per_block_bytes") or DEFAULT_SMEM)
-        smem_sm = int(props.get("smem_per_sm_bytes") or smem + RESERVED_SMEM_PER_BLOCK)
+        smem = int(device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM)
         capability = capability_of(target)
 
         def fits(c: Config) -> bool:
@@ -187,17 +173,14 @@ class TritonAttentionTemplate(Template):
 
         def specialised(c: Config) -> bool:
             # Triton 3.6 specialises the loop only from TMA loads, with num_warps=4 (other
-            # counts compile the plain loop: the same kernel as WARP_SPECIALIZE off), and one
-            # loop a kernel (not inside a persistent program's tile loop).
+            # counts compile the plain loop: the same kernel as WARP_SPECIALIZE off), and its
+            # specialised kernels were right on the H200 only in full attention at 2 stages.
             return not _on(c, "WARP_SPECIALIZE") or (
-                _on(c, "TMA") and int(c["num_warps"]) == 4 and not _on(c, "PERSISTENT")
+                _on(c, "TMA") and int(c["num_warps"]) == 4 and int(c["num_stages"]) == 2
             )
 
-        def fit_together(c: Config) -> bool:
-            return resident(c, head_dim, smem_sm)
-
         tma = (False, True) if capability >= 90 else (False,)
-        ws = (False, True) if capability // 10 == 9 else (False,)
+        ws = (False, True) if capability // 10 == 9 and not workload.param("causal") else (False,)
         knobs = (
             Knob("BLOCK_M", BLOCK_MS),
             Knob("BLOCK_N", BLOCK_NS),
@@ -205,15 +188,12 @@ class TritonAttentionTemplate(Template):
             Knob("num_stages", STAGES),
             Knob("TMA", tma),
             Knob("WARP_SPECIALIZE", ws),
-            Knob("PERSISTENT", PERSISTENT),
         )
-        sizes = ("BLOCK_M", "BLOCK_N", "num_stages", "TMA", "WARP_SPECIALIZE", "PERSISTENT")
         constraints = (
             KnobConstraint(("BLOCK_M", "BLOCK_N"), fits),
-            KnobConstraint(("num_warps", "TMA", "WARP_SPECIALIZE", "PERSISTENT"), specialised),
+            KnobConstraint(("num_warps", "num_stages", "TMA", "WARP_SPECIALIZE"), specialised),
             KnobConstraint(("BLOCK_M", "BLOCK_N", "num_warps", "WARP_SPECIALIZE"), registers),
-            KnobConstraint(sizes, shared),
-            KnobConstraint(sizes, fit_together),
+            KnobConstraint(("BLOCK_M", "BLOCK_N", "num_stages", "TMA", "WARP_SPECIALIZE"), shared),
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
 
@@ -221,9 +201,7 @@ class TritonAttentionTemplate(Template):
         if self.space(workload, target).is_valid(config):
             return None
         why = "outside the space"
-        names = {
-            "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPECIALIZE", "PERSISTENT",
-        }  # fmt: skip
+        names = {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPECIALIZE"}
         try:
             if set(config) != names:
                 missing, unknown = sorted(names - set(config)), sorted(set(config) - names)
@@ -233,8 +211,13 @@ class TritonAttentionTemplate(Template):
                 _on(config, "TMA") and int(config["num_warps"]) == 4
             ):
                 why = "WARP_SPECIALIZE needs TMA and num_warps=4"
-            elif _on(config, "WARP_SPECIALIZE") and _on(config, "PERSISTENT"):
-                why = "WARP_SPECIALIZE takes one loop a kernel: not with PERSISTENT"
+            elif _on(config, "WARP_SPECIALIZE") and (
+                workload.param("causal") or int(config["num_stages"]) != 2
+            ):
+                why = (
+                    "WARP_SPECIALIZE computed wrong outputs on Hopper except in full attention at "
+                    "num_stages=2"
+                )
             elif (_on(config, "TMA") and capability_of(target) < 90) or (
                 _on(config, "WARP_SPECIALIZE") and capability_of(target) // 10 != 9
             ):
@@ -245,14 +228,8 @@ class TritonAttentionTemplate(Template):
                 device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM
             ):
                 why = f"needs {shared_bytes(config, workload.k)} bytes of shared memory"
-            elif config["PERSISTENT"] not in PERSISTENT:
-                why = f"PERSISTENT is one of {PERSISTENT} (programs an SM; 0: off)"
-            elif not self.space(workload, target).is_valid(
-                Config({**config.to_dict(), "PERSISTENT": 0})
-            ):
-                why = "a tile larger than the sequence, or a value not among the knob's"
             else:
-                why = f"{config['PERSISTENT']} programs of it do not fit an SM's shared memory"
+                why = "a tile larger than the sequence, or a value not among the knob's"
         except (KeyError, TypeError, ValueError):
             pass
         return f"config is not in the space of {self.name}: {why}"
@@ -267,7 +244,7 @@ class TritonAttentionTemplate(Template):
         return [
             Config({
                 "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s,
-                "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws", "PERSISTENT": 0,
+                "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws",
             })
             for bm, bn, w, s, loads in tiles
         ]  # fmt: skip

@@ -31,7 +31,6 @@ import triton
 import triton.language as tl
 
 from tunehub.core import Workload
-from tunehub.kernels.triton_gemm_kernels import sm_count
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # Relative Frobenius error allowed against the float32 reference: P is rounded to the
@@ -82,42 +81,80 @@ def _attend(
 
 
 @triton.jit
-def _rows(
-    desc, base, stride, batch, head, start, count, dims,
-    BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, TMA: tl.constexpr, RANK4: tl.constexpr,
-    EVEN: tl.constexpr,
-):  # fmt: skip
-    # BLOCK rows of one (batch, head)'s Q, K or V from ``start``: through its descriptor
-    # (one (batch, head)'s 2-D rows, or the whole 4-D tensor in a box of one batch and head;
-    # TMA zero-fills past the end) or through pointers, masked at ``count`` unless EVEN.
-    if TMA:
-        if RANK4:
-            return desc.load([batch, head, start, 0]).reshape(BLOCK, HEAD_DIM)
-        else:
-            return desc.load([start, 0])
-    else:
-        index = start + tl.arange(0, BLOCK)
-        pointers = base + index[:, None] * stride + dims[None, :]
-        if EVEN:
-            return tl.load(pointers)
-        else:
-            return tl.load(pointers, mask=index[:, None] < count, other=0.0)
-
-
-@triton.jit
-def _attention_tile(
-    q_desc, k_desc, v_desc, o_desc, q_base, k_base, v_base, o_base,
-    stride_qm, stride_kn, stride_vn, stride_om, batch, head, start_m, q_len, kv_len, scale_log2,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, TMA: tl.constexpr, RANK4: tl.constexpr,
+def _attention_fwd(
+    Q,
+    K,
+    V,
+    Out,
+    scale_log2,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    q_len,
+    kv_len,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    TMA: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
-):  # fmt: skip
-    # One BLOCK_M-row tile of one (batch, head): its rows of O.
+):
+    # Triton's launcher passes a Python float as float32, Inductor's (a user kernel in its
+    # generated code) as float64, which would carry the scores and the accumulator to float64.
+    scale_log2 = tl.cast(scale_log2, tl.float32)
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        # Query tiles further down walk more key blocks: launch those first, so the short
+        # ones fill the last wave instead of leaving a long tail.
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    head = tl.program_id(1).to(tl.int64)
+    batch = tl.program_id(2).to(tl.int64)
+    q_base = Q + batch * stride_qb + head * stride_qh
+    k_base = K + batch * stride_kb + head * stride_kh
+    v_base = V + batch * stride_vb + head * stride_vh
+    o_base = Out + batch * stride_ob + head * stride_oh
+    start_m = pid_m * BLOCK_M
     rows = start_m + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
-    q = _rows(q_desc, q_base, stride_qm, batch, head, start_m, q_len, dims,
-              BLOCK_M, HEAD_DIM, TMA, RANK4, EVEN_M)  # fmt: skip
+    if TMA:
+        # One (batch, head)'s Q, K, V and O as 2-D tensors of exactly their lengths: TMA
+        # zero-fills boxes past the end and clips stores there, so no load or store is masked.
+        q_desc = tl.make_tensor_descriptor(
+            q_base, shape=[q_len, HEAD_DIM], strides=[stride_qm, 1], block_shape=[BLOCK_M, HEAD_DIM]
+        )
+        k_desc = tl.make_tensor_descriptor(
+            k_base,
+            shape=[kv_len, HEAD_DIM],
+            strides=[stride_kn, 1],
+            block_shape=[BLOCK_N, HEAD_DIM],
+        )
+        v_desc = tl.make_tensor_descriptor(
+            v_base,
+            shape=[kv_len, HEAD_DIM],
+            strides=[stride_vn, 1],
+            block_shape=[BLOCK_N, HEAD_DIM],
+        )
+        q = q_desc.load([start_m, 0])
+    elif EVEN_M:
+        q = tl.load(q_base + rows[:, None] * stride_qm + dims[None, :])
+    else:
+        q = tl.load(
+            q_base + rows[:, None] * stride_qm + dims[None, :],
+            mask=rows[:, None] < q_len,
+            other=0.0,
+        )
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -135,46 +172,60 @@ def _attention_tile(
         # masked.
         for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
             start_n = tl.multiple_of(start_n, BLOCK_N)
-            k = _rows(k_desc, k_base, stride_kn, batch, head, start_n, kv_len, dims,
-                      BLOCK_N, HEAD_DIM, TMA, RANK4, False)  # fmt: skip
-            v = _rows(v_desc, v_base, stride_vn, batch, head, start_n, kv_len, dims,
-                      BLOCK_N, HEAD_DIM, TMA, RANK4, False)  # fmt: skip
+            keys = start_n + cols
+            k = k_desc.load([start_n, 0])
+            v = v_desc.load([start_n, 0])
             acc, l_i, m_i = _attend(
-                acc, l_i, m_i, q, k, v, rows, start_n + cols, kv_len, scale_log2,
-                MASKED=True, CAUSAL=CAUSAL,
-            )  # fmt: skip
+                acc, l_i, m_i, q, k, v, rows, keys, kv_len, scale_log2, MASKED=True, CAUSAL=CAUSAL
+            )
     else:
         for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
             start_n = tl.multiple_of(start_n, BLOCK_N)
-            k = _rows(k_desc, k_base, stride_kn, batch, head, start_n, kv_len, dims,
-                      BLOCK_N, HEAD_DIM, TMA, RANK4, True)  # fmt: skip
-            v = _rows(v_desc, v_base, stride_vn, batch, head, start_n, kv_len, dims,
-                      BLOCK_N, HEAD_DIM, TMA, RANK4, True)  # fmt: skip
+            keys = start_n + cols
+            if TMA:
+                k = k_desc.load([start_n, 0])
+                v = v_desc.load([start_n, 0])
+            else:
+                k = tl.load(k_base + keys[:, None] * stride_kn + dims[None, :])
+                v = tl.load(v_base + keys[:, None] * stride_vn + dims[None, :])
             acc, l_i, m_i = _attend(
-                acc, l_i, m_i, q, k, v, rows, start_n + cols, kv_len, scale_log2,
-                MASKED=False, CAUSAL=CAUSAL,
-            )  # fmt: skip
+                acc, l_i, m_i, q, k, v, rows, keys, kv_len, scale_log2, MASKED=False, CAUSAL=CAUSAL
+            )
         if CAUSAL or not EVEN_N:
             for start_n in range(full, hi, BLOCK_N):
                 start_n = tl.multiple_of(start_n, BLOCK_N)
-                k = _rows(k_desc, k_base, stride_kn, batch, head, start_n, kv_len, dims,
-                          BLOCK_N, HEAD_DIM, TMA, RANK4, False)  # fmt: skip
-                v = _rows(v_desc, v_base, stride_vn, batch, head, start_n, kv_len, dims,
-                          BLOCK_N, HEAD_DIM, TMA, RANK4, False)  # fmt: skip
+                keys = start_n + cols
+                if TMA:
+                    k = k_desc.load([start_n, 0])
+                    v = v_desc.load([start_n, 0])
+                else:
+                    in_kv = keys[:, None] < kv_len
+                    k = tl.load(
+                        k_base + keys[:, None] * stride_kn + dims[None, :], mask=in_kv, other=0.0
+                    )
+                    v = tl.load(
+                        v_base + keys[:, None] * stride_vn + dims[None, :], mask=in_kv, other=0.0
+                    )
                 acc, l_i, m_i = _attend(
-                    acc, l_i, m_i, q, k, v, rows, start_n + cols, kv_len, scale_log2,
-                    MASKED=True, CAUSAL=CAUSAL,
-                )  # fmt: skip
-    out = (acc * (1.0 / l_i)[:, None]).to(o_base.dtype.element_ty)
+                    acc,
+                    l_i,
+                    m_i,
+                    q,
+                    k,
+                    v,
+                    rows,
+                    keys,
+                    kv_len,
+                    scale_log2,
+                    MASKED=True,
+                    CAUSAL=CAUSAL,
+                )
+    out = (acc * (1.0 / l_i)[:, None]).to(Out.dtype.element_ty)
     if TMA:
-        if RANK4:
-            o_desc.store([batch, head, start_m, 0], out.reshape(1, 1, BLOCK_M, HEAD_DIM))
-        else:
-            o_desc = tl.make_tensor_descriptor(
-                o_base, shape=[q_len, HEAD_DIM], strides=[stride_om, 1],
-                block_shape=[BLOCK_M, HEAD_DIM],
-            )  # fmt: skip
-            o_desc.store([start_m, 0], out)
+        o_desc = tl.make_tensor_descriptor(
+            o_base, shape=[q_len, HEAD_DIM], strides=[stride_om, 1], block_shape=[BLOCK_M, HEAD_DIM]
+        )
+        o_desc.store([start_m, 0], out)
     elif EVEN_M:
         tl.store(o_base + rows[:, None] * stride_om + dims[None, :], out)
     else:
@@ -183,131 +234,21 @@ def _attention_tile(
         )
 
 
-@triton.jit
-def _descriptor4(base, batch, heads, length, stride_b, stride_h, stride_l,
-                 BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
-    # The whole batch x heads x length x head_dim tensor, read a (batch, head)'s BLOCK rows
-    # at a time.
-    return tl.make_tensor_descriptor(
-        base, shape=[batch, heads, length, HEAD_DIM], strides=[stride_b, stride_h, stride_l, 1],
-        block_shape=[1, 1, BLOCK, HEAD_DIM],
-    )  # fmt: skip
-
-
-@triton.jit
-def _attention_fwd(
-    Q, K, V, Out, scale_log2,
-    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-    stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
-    q_len, kv_len, heads, batches,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, TMA: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr, PERSISTENT: tl.constexpr,
-):  # fmt: skip
-    # Triton's launcher passes a Python float as float32, Inductor's (a user kernel in its
-    # generated code) as float64, which would carry the scores and the accumulator to float64.
-    scale_log2 = tl.cast(scale_log2, tl.float32)
-    if PERSISTENT:
-        # A few programs an SM, each walking tiles a grid-stride apart. Causal tiles go
-        # longest first over every (batch, head) (the row of query tiles furthest down, then
-        # the next), so the short ones fill the last wave; full attention walks one (batch,
-        # head)'s query tiles together, which share its K and V in L2. Descriptors are made
-        # once a program, over the whole 4-D tensors.
-        q_desc = None
-        k_desc = None
-        v_desc = None
-        o_desc = None
-        if TMA:
-            q_desc = _descriptor4(Q, batches, heads, q_len, stride_qb, stride_qh, stride_qm,
-                                  BLOCK_M, HEAD_DIM)  # fmt: skip
-            k_desc = _descriptor4(K, batches, heads, kv_len, stride_kb, stride_kh, stride_kn,
-                                  BLOCK_N, HEAD_DIM)  # fmt: skip
-            v_desc = _descriptor4(V, batches, heads, kv_len, stride_vb, stride_vh, stride_vn,
-                                  BLOCK_N, HEAD_DIM)  # fmt: skip
-            o_desc = _descriptor4(Out, batches, heads, q_len, stride_ob, stride_oh, stride_om,
-                                  BLOCK_M, HEAD_DIM)  # fmt: skip
-        tiles_m = tl.cdiv(q_len, BLOCK_M)
-        pairs = heads * batches
-        for tile in tl.range(tl.program_id(0), tiles_m * pairs, tl.num_programs(0)):
-            if CAUSAL:
-                pid_m = tiles_m - 1 - tile // pairs
-                pair = tile % pairs
-            else:
-                pid_m = tile % tiles_m
-                pair = tile // tiles_m
-            head = pair % heads  # int32, as descriptor coordinates are
-            batch = pair // heads
-            h = head.to(tl.int64)
-            b = batch.to(tl.int64)
-            _attention_tile(
-                q_desc, k_desc, v_desc, o_desc,
-                Q + b * stride_qb + h * stride_qh, K + b * stride_kb + h * stride_kh,
-                V + b * stride_vb + h * stride_vh, Out + b * stride_ob + h * stride_oh,
-                stride_qm, stride_kn, stride_vn, stride_om, batch, head, pid_m * BLOCK_M, q_len,
-                kv_len, scale_log2, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, EVEN_M, EVEN_N, TMA, True,
-                False,
-            )  # fmt: skip
-    else:
-        pid_m = tl.program_id(0)
-        if CAUSAL:
-            # Query tiles further down walk more key blocks: launch those first, so the short
-            # ones fill the last wave instead of leaving a long tail.
-            pid_m = tl.num_programs(0) - 1 - pid_m
-        head = tl.program_id(1).to(tl.int64)
-        batch = tl.program_id(2).to(tl.int64)
-        q_base = Q + batch * stride_qb + head * stride_qh
-        k_base = K + batch * stride_kb + head * stride_kh
-        v_base = V + batch * stride_vb + head * stride_vh
-        o_base = Out + batch * stride_ob + head * stride_oh
-        q_desc = None
-        k_desc = None
-        v_desc = None
-        if TMA:
-            # One (batch, head)'s Q, K, V (and, once the tile is done, O) as 2-D tensors of
-            # exactly their lengths: TMA zero-fills boxes past the end and clips stores there,
-            # so no load or store is masked.
-            q_desc = tl.make_tensor_descriptor(
-                q_base, shape=[q_len, HEAD_DIM], strides=[stride_qm, 1],
-                block_shape=[BLOCK_M, HEAD_DIM],
-            )  # fmt: skip
-            k_desc = tl.make_tensor_descriptor(
-                k_base, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
-                block_shape=[BLOCK_N, HEAD_DIM],
-            )  # fmt: skip
-            v_desc = tl.make_tensor_descriptor(
-                v_base, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
-                block_shape=[BLOCK_N, HEAD_DIM],
-            )  # fmt: skip
-        _attention_tile(
-            q_desc, k_desc, v_desc, None, q_base, k_base, v_base, o_base,
-            stride_qm, stride_kn, stride_vn, stride_om, batch, head, pid_m * BLOCK_M, q_len,
-            kv_len, scale_log2, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, EVEN_M, EVEN_N, TMA, False,
-            WARP_SPECIALIZE,
-        )  # fmt: skip
-
-
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # Knobs a config may leave out (configs stored before they existed): off when absent.
-OPTIONAL_CONFIG_KEYS = ("TMA", "WARP_SPECIALIZE", "PERSISTENT")
+OPTIONAL_CONFIG_KEYS = ("TMA", "WARP_SPECIALIZE")
 
 
 def config_problem(config: Mapping[str, Any]) -> str | None:
-    """Why ``config`` cannot run at all (a missing key, WARP_SPECIALIZE without TMA or with
-    PERSISTENT), or None."""
+    """Why ``config`` cannot run at all (a missing key, WARP_SPECIALIZE without TMA), or None."""
     missing = [key for key in CONFIG_KEYS if key not in config]
     if missing:
         return f"config lacks {missing}"
     unknown = sorted(set(config) - set(CONFIG_KEYS) - set(OPTIONAL_CONFIG_KEYS))
     if unknown:
         return f"config has unknown keys {unknown}"
-    ws = bool(config.get("WARP_SPECIALIZE", False))
-    if ws and not bool(config.get("TMA", False)):
+    if bool(config.get("WARP_SPECIALIZE", False)) and not bool(config.get("TMA", False)):
         return "WARP_SPECIALIZE needs TMA (the warp-specialised loop is fed by TMA loads)"
-    persistent = config.get("PERSISTENT", 0)
-    if not isinstance(persistent, int) or isinstance(persistent, bool) or persistent < 0:
-        return f"PERSISTENT is programs per SM, an integer >= 0 (0: off), not {persistent!r}"
-    if ws and persistent:
-        return "WARP_SPECIALIZE takes one key loop per kernel; PERSISTENT nests it in a tile loop"
     return None
 
 
@@ -339,23 +280,17 @@ def launch_args(
     strides: tuple[tuple[int, ...], ...],
     causal: bool,
     config: Mapping[str, Any],
-    num_sms: int,
-) -> tuple[tuple[int, ...], tuple[Any, ...], dict[str, Any]]:
+) -> tuple[tuple[int, int, int], tuple[Any, ...], dict[str, Any]]:
     """The grid, arguments and keywords of one launch: the one place bind, precompile and
     ``tunehub::triton_attention`` get them from, so a precompiled binary is the one the
-    launch looks up. A PERSISTENT config launches that many programs an SM (``num_sms``),
-    at most one a tile."""
+    launch looks up."""
     batch, heads, q_len, kv_len, head_dim = shapes
     block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
-    persistent = int(config.get("PERSISTENT", 0))
-    tiles_m = triton.cdiv(q_len, block_m)
-    grid: tuple[int, ...] = (tiles_m, heads, batch)
-    if persistent:
-        grid = (max(1, min(tiles_m * heads * batch, persistent * num_sms)),)
+    grid = (triton.cdiv(q_len, block_m), heads, batch)
     args: tuple[Any, ...] = (q, k, v, out, LOG2E / math.sqrt(head_dim))
     for s in strides:
         args += tuple(s[:3])
-    args += (q_len, kv_len, heads, batch)
+    args += (q_len, kv_len)
     kwargs = {
         "HEAD_DIM": head_dim,
         "BLOCK_M": block_m,
@@ -365,7 +300,6 @@ def launch_args(
         "EVEN_N": kv_len % block_n == 0,
         "TMA": bool(config.get("TMA", False)),
         "WARP_SPECIALIZE": bool(config.get("WARP_SPECIALIZE", False)),
-        "PERSISTENT": bool(persistent),
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
     }
@@ -382,7 +316,7 @@ def bind(
     config: Mapping[str, Any],
 ) -> Callable[[], None]:
     """A callable writing ``out = attention(q, k, v)`` with ``config`` (BLOCK_M, BLOCK_N,
-    num_warps, num_stages; TMA, WARP_SPECIALIZE and PERSISTENT off unless given). Tensors are
+    num_warps, num_stages; TMA and WARP_SPECIALIZE off unless given). Tensors are
     batch x heads x len x head_dim, last dim contiguous; with TMA each (batch, head)'s rows
     must also start and step on 16-byte multiples (``tma_problem``)."""
     batch, heads, q_len, head_dim = q.shape
@@ -403,7 +337,7 @@ def bind(
             raise ValueError(f"TMA cannot load these operands: {problem}")
     grid, args, kwargs = launch_args(
         q, k, v, out, (batch, heads, q_len, kv_len, head_dim),
-        (q.stride(), k.stride(), v.stride(), out.stride()), causal, config, sm_count(q.device),
+        (q.stride(), k.stride(), v.stride(), out.stride()), causal, config,
     )  # fmt: skip
     kernel = _attention_fwd[grid]
 
@@ -461,7 +395,7 @@ def precompile(
     q, k, v, out = (_FakeTensor(torch_dtype) for _ in range(4))
     _, args, kwargs = launch_args(
         q, k, v, out, (batch, heads, q_len, kv_len, head_dim),
-        (q_strides, kv_strides, kv_strides, q_strides), causal, config, 1,  # grid: not compiled
+        (q_strides, kv_strides, kv_strides, q_strides), causal, config,
     )  # fmt: skip
     target = GPUTarget("cuda", capability, 32)
     start = time.perf_counter()
