@@ -257,7 +257,7 @@ def test_a_kernel_that_skips_a_group_is_a_wrong_answer() -> None:
 
 
 @needs_triton
-def test_build_compiles_both_kernels_for_an_h100_without_one(tmp_path: Path) -> None:
+def test_build_compiles_the_kernels_for_an_h100_without_one(tmp_path: Path) -> None:
     """The build sandbox's path: Triton compiles for sm_90 into its cache, no GPU needed."""
     code = (
         "from pathlib import Path\n"
@@ -278,6 +278,14 @@ def test_build_compiles_both_kernels_for_an_h100_without_one(tmp_path: Path) -> 
         "    assert c.get('TMA', True), c  # the TMA kernels lead the seeds on Hopper\n"
         "    art = t.build(MeasureRequest(w, h100, name, t.version, c), build_dir=Path('.'))\n"
         "    assert art.key != 'interpreter' and art.environment['shared_bytes'] > 0, art\n"
+        "t = get_template('triton.attention')\n"
+        "w = Workload.from_dict({'op': 'attention', 'batch': 2, 'heads': 4, 'm': 300, 'n': 300,\n"
+        "                        'k': 64, 'causal': True, 'dtype': 'float16'})\n"
+        "seeds = t.seed_configs(w, h100)\n"
+        "for c in (seeds[0], next(c for c in seeds if c['TMA'])):  # pointer loads, TMA\n"
+        "    art = t.build(MeasureRequest(w, h100, t.name, t.version, c), build_dir=Path('.'))\n"
+        "    assert art.environment['build'] == 'ahead' and art.compile_secs > 0, art\n"
+        "    assert art.environment['shared_bytes'] > 0 and art.environment['registers'], art\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")

@@ -354,6 +354,7 @@ class Compiled:
     """What the compiler made of one config for one GPU, read without running it."""
 
     name: str
+    hash: str  # the binary's key in Triton's cache
     shared_bytes: int
     num_warps: int
     registers: int | None
@@ -407,6 +408,7 @@ def precompile(
     ptx = str(compiled.asm.get("ptx", ""))
     return Compiled(
         name=compiled.name,
+        hash=str(compiled.hash),
         shared_bytes=int(compiled.metadata.shared),
         num_warps=int(compiled.metadata.num_warps),
         registers=registers,
