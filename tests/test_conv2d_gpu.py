@@ -64,33 +64,6 @@ def test_the_triton_kernel_matches_the_float64_reference(
     )
 
 
-@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-@pytest.mark.parametrize(
-    ("changes", "tile_w"),
-    [
-        # ConvNeXt's 7x7 with its padding: 7 input rows reach each output row.
-        ({"kernel_h": 7, "kernel_w": 7, "pad_h": 3, "pad_w": 3, "height": 9, "width": 10}, 4),
-        # Stride and dilation: input rows that reach no output row, or reach it between taps.
-        ({"stride_h": 2, "pad_h": 2, "dilation_h": 2, "kernel_w": 2, "batch": 2}, 8),
-        ({"stride_h": 3, "stride_w": 2, "pad_w": 1, "dilation_w": 2, "height": 11}, 2),
-    ],
-)
-def test_the_depthwise_sweep_along_input_rows_matches_the_reference(
-    layout: str, changes: dict[str, Any], tile_w: int
-) -> None:
-    # 32-pixel tiles: 8, 4 or 16 output rows a program, each input row loaded once a filter
-    # column and multiplied into every output row it reaches.
-    w = conv(data_layout=layout, dtype="float32", groups=4, out_channels=4, **changes)
-    ops = ck.operands(w, torch.device("cpu"), seed=11)
-    config = {**TILE, "TILE_W": tile_w, "SWEEP": True}
-    assert [launch.kernel for launch in ck.conv_launches(ops.x, ops.w, ops.out, w, config)] == [
-        ck._depthwise_sweep_kernel
-    ]
-    ck.bind(ops, config)()
-    check = ck.check(ops.out, ck.reference(ops), "float32")
-    assert check.ok, check.message
-
-
 @pytest.mark.parametrize(
     "changes",
     [{"pad_h": 1, "pad_w": 1, "batch": 2}, {"groups": 4, "out_channels": 8, "pad_w": 1}],

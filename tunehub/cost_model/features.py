@@ -538,7 +538,7 @@ DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
 BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
 TRITON_CONV_NAMES = (
     *TRITON_NAMES, *CONV_OWN_NAMES, "repack", "dw_block_rows", "tma", "tma_useful", "tma_rows",
-    "patch_flat", "patch_rows", "k_useful", "bmm_route", "dw_sweep",
+    "patch_flat", "patch_rows", "k_useful", "bmm_route",
 )  # fmt: skip
 
 
@@ -632,8 +632,6 @@ def _triton_conv(
         [int(c["BLOCK_M"]) / int(c["TILE_W"]) if "TILE_W" in c else 0.0 for c in configs],
         dtype=np.float64,
     )
-    # ... and its loop along the input's rows (SWEEP): loads a row, multiply-adds a window.
-    out["dw_sweep"] = direct * _knob(configs, "SWEEP", 0)
     # The TMA kernel's box: the share of its pixels that are real output, and its pixel rows
     # (TILE_H x images; one row feeds the tensor cores from shared memory, more are reshaped
     # in registers first).
@@ -739,8 +737,7 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     # 2: the depthwise path's knobs (DEPTHWISE_NAMES) and its units' fill.
     "blis.conv2d": FeatureSet("blis.conv2d", 2, BLIS_CONV_NAMES, _blis_conv, consensus=20),
     # 5: pointwise NCHW workloads on triton.bmm's configs (``bmm_route``, their GEMM's tiles).
-    # 6: the depthwise kernel's SWEEP (``dw_sweep``).
-    "triton.conv2d": FeatureSet("triton.conv2d", 6, TRITON_CONV_NAMES, _triton_conv, consensus=1),
+    "triton.conv2d": FeatureSet("triton.conv2d", 5, TRITON_CONV_NAMES, _triton_conv, consensus=1),
 }
 
 

@@ -14,11 +14,8 @@ zero-padded channels-last buffer of C rounded up to a power of two, then reads a
 taps a step as consecutive elements, whole vectors. ResNet-50's stem (3 channels, 7x7)
 is 147 deep: 784 a tap at a time, 160 flat, 7 x 32 by rows (on an H200, NHWC: 374, 166 and 94
 us; cuDNN 90 us). A depthwise workload (one input channel a group) runs the direct kernel
-instead, whose knobs are ``BLOCK_M`` (output pixels, in rows of ``TILE_W``), ``BLOCK_N``
-(channels, up to all of them), ``num_warps`` and ``SWEEP`` (walk the input's rows, each loaded
-once a filter column and multiplied into every output row of the tile it reaches, instead of
-the filter's taps, each loading the whole tile's window); its space holds one value of the
-others. A pointwise NHWC workload (1x1,
+instead, whose knobs are ``BLOCK_M`` (output pixels), ``BLOCK_N`` (channels, up to all of them)
+and ``num_warps``; its space holds one value of the others. A pointwise NHWC workload (1x1,
 stride 1, no padding, one group) is a plain GEMM of the tensors as stored (``pointwise_gemm``):
 it runs ``triton.gemm``'s kernels (TMA, warp-specialised, split-K) in that template's space,
 where the implicit-GEMM kernel ran ResNet-50's 1x1 at 14x14 at 0.32x cuDNN on an H200. A
@@ -290,8 +287,7 @@ class TritonConv2dTemplate(Template):
     # kernels and space. 4: the TMA kernel (configs carry TMA, TILE_H and TILE_W). 5: the K
     # loop's order (PATCH: flat patch blocks, padded rows), a knob records of version 4 lack.
     # 6: pointwise NCHW workloads on triton.bmm's kernels and space (on Hopper).
-    # 7: the depthwise kernel's SWEEP along the input's rows (a knob records of 6 lack).
-    version = 7
+    version = 6
     device_kind = "cuda"
     baseline_template = "torch.conv2d_gpu"
     slowest_gflops = 20.0
@@ -386,8 +382,8 @@ class TritonConv2dTemplate(Template):
 
     def _depthwise_space(self, workload: Workload) -> SearchSpace:
         """The direct kernel's: a block of output pixels (BLOCK_M, in rows of TILE_W, within
-        one image), channels a program, warps (each thread's accumulators bounded) and the
-        loop's order (SWEEP); BLOCK_K, GROUP_M and num_stages have one value."""
+        one image), channels a program and warps (each thread's accumulators bounded);
+        BLOCK_K, GROUP_M and num_stages have one value."""
         d = conv_dims(workload)
         cap_w = _pow2_at_least(d["ow"], 4)
         cap_h = _pow2_at_least(d["oh"], 1)
@@ -401,7 +397,6 @@ class TritonConv2dTemplate(Template):
             Knob("num_stages", (1,)),
             Knob("REPACK", _repacks(workload)),
             Knob("TILE_W", DEPTHWISE_TILE_WS),
-            Knob("SWEEP", (False, True)),
         )
         constraints = (
             KnobConstraint(
@@ -464,8 +459,7 @@ class TritonConv2dTemplate(Template):
             if is_depthwise(workload):
                 tiles[layout] = [
                     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": w,
-                     "num_stages": 1, "TILE_W": tw, "SWEEP": sweep}
-                    for sweep in (False, True)
+                     "num_stages": 1, "TILE_W": tw}
                     for bm, bn, w, tw in DEPTHWISE_SEEDS[layout]
                 ]  # fmt: skip
             else:

@@ -234,61 +234,6 @@ def _depthwise_kernel(
 
 
 @triton.jit
-def _depthwise_sweep_kernel(
-    x, w, y,
-    CHANNELS, H, W, OH, OW, OCG, TILES_H, TILES_W,
-    SH, SW, PH, PW, DH, DW,
-    KH, sxn, sxc, sxh, sxw, swo, swh, sww, syn, syo, syh, syw,
-    KW: tl.constexpr, TILE_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    # The same tile as _depthwise_kernel (TILE_H = BLOCK_M / TILE_W rows of TILE_W output
-    # pixels x BLOCK_N channels), swept along the input's rows instead of the filter's: each
-    # input row the tile's window holds is loaded once a filter column (TILE_W pixels) and
-    # multiplied into every output row it reaches, each with its own filter row (zero where
-    # none). Loads fall from KH x KW tiles of BLOCK_M pixels to (TILE_H + KH - 1) x KW rows
-    # of TILE_W; multiply-adds grow by (TILE_H + KH - 1) / KH.
-    TILE_H: tl.constexpr = BLOCK_M // TILE_W
-    pid = tl.program_id(0)
-    img = pid // (TILES_H * TILES_W)
-    tile = pid % (TILES_H * TILES_W)
-    oh0 = tile // TILES_W * TILE_H
-    r = tl.arange(0, TILE_H)
-    ow = tile % TILES_W * TILE_W + tl.arange(0, TILE_W)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_in = rn < CHANNELS
-    iw0 = ow * SW - PW
-    x_img = x + img.to(tl.int64) * sxn + ((rn // OCG) * sxc)[None, :]
-    w_col = w + rn * swo
-    acc = tl.zeros((TILE_H, TILE_W, BLOCK_N), dtype=tl.float32)
-    ih_first = oh0 * SH - PH
-    for j in range((TILE_H - 1) * SH + (KH - 1) * DH + 1):
-        ih = ih_first + j
-        # The filter row input row ih meets in each output row: (ih - oh * SH + PH) / DH.
-        reach = j - r * SH
-        fh = reach // DH
-        f_ok = (reach >= 0) & (reach % DH == 0) & (fh < KH)
-        h_in = (ih >= 0) & (ih < H)
-        for fw in tl.static_range(KW):
-            iw = iw0 + fw * DW
-            ok = h_in & (iw >= 0) & (iw < W)
-            a = tl.load(
-                x_img + (ih * sxh + iw * sxw)[:, None], mask=ok[:, None] & col_in[None, :],
-                other=0.0,
-            )  # fmt: skip
-            f = tl.load(
-                w_col[None, :] + (fh * swh + fw * sww)[:, None],
-                mask=f_ok[:, None] & col_in[None, :], other=0.0,
-            )  # fmt: skip
-            acc += a.to(tl.float32)[None, :, :] * f.to(tl.float32)[:, None, :]
-    i = tl.arange(0, BLOCK_M)
-    oh = oh0 + i // TILE_W
-    ow_all = tile % TILES_W * TILE_W + i % TILE_W
-    rows = (oh < OH) & (ow_all < OW)
-    out = tl.reshape(acc, (BLOCK_M, BLOCK_N))
-    _store_pixels(y, out, img, oh, ow_all, rn, syn, syo, syh, syw, rows[:, None] & col_in[None, :])
-
-
-@triton.jit
 def _to_channels_last(src, dst, C, HW, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
     """dst[n, p, c] = src[n, c, p] for contiguous (N, C, H·W) ``src``: a tile read along the
     pixels and written along the channels (Triton moves it through shared memory between)."""
@@ -419,8 +364,7 @@ def conv_launches(
             "KW": d["kernel_w"], "TILE_W": tile_w, "BLOCK_M": bm, "BLOCK_N": bn,
             **launch_options,
         }  # fmt: skip
-        kernel = _depthwise_sweep_kernel if config.get("SWEEP", False) else _depthwise_kernel
-        return [*launches, Launch(kernel, grid, args, constants)]
+        return [*launches, Launch(_depthwise_kernel, grid, args, constants)]
     if config.get("TMA", False):
         return [*launches, *_tma_launches(x, w, out, d, config, launch_options)]
     rows = d["batch"] * d["oh"] * d["ow"]
