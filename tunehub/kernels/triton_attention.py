@@ -76,7 +76,7 @@ MAX_VALUES_PER_THREAD = 192
 # attention_gpu-persistent-h200-20261127T0706.json): ws 128x128 with 4 warps for full
 # attention at head dim 128 (3 of 3 shapes), 128x64 pointer loads with 8 warps at 64 (and
 # 64x64 for ViT's 257 tokens); for causal attention (HOPPER_CAUSAL_FIRST) 64x64 pointer-load
-# tiles, fastest on 7 of 10 (fewer wasted keys on the diagonal), then tma 128x128 with 8
+# tiles, fastest on 7 of 9 (fewer wasted keys on the diagonal), then tma 128x128 with 8
 # warps (8,192 tokens). Warp-specialised seeds apply to full attention only (the space).
 # Then pointer-load tiles for older GPUs; then smaller ones for short sequences.
 HOPPER_SEEDS = {
