@@ -378,14 +378,19 @@ def precompile(
     heads: int = 1,
 ) -> Compiled:
     """Compile, without a GPU, the kernel ``bind`` launches for dense operands of this shape
-    on a GPU of compute ``capability`` (90 for H100/H200) into TRITON_CACHE_DIR, and report
-    its shared memory, registers and spills. Raises ValueError for a config the kernel cannot
-    take and the compiler's own error when it fails."""
+    on a GPU of compute ``capability`` (90 for H100/H200) into TRITON_CACHE_DIR (and, where
+    the host has the CUDA driver, its C launcher), and report its shared memory, registers
+    and spills. Raises ValueError for a config the kernel cannot take and the compiler's own
+    error when it fails."""
     if triton.knobs.runtime.interpret:
         raise RuntimeError("precompile needs Triton's compiler; TRITON_INTERPRET=1 is set")
     from triton.backends.compiler import GPUTarget
 
-    from tunehub.kernels.triton_gemm_kernels import _FakeTensor, _resource_usage, _specialize
+    from tunehub.kernels.triton_gemm_kernels import (
+        _compile_like_jit,
+        _FakeTensor,
+        _resource_usage,
+    )
 
     problem = config_problem(config)
     if problem:
@@ -400,8 +405,7 @@ def precompile(
     )  # fmt: skip
     target = GPUTarget("cuda", capability, 32)
     start = time.perf_counter()
-    source, options = _specialize(_attention_fwd, target, args, kwargs)
-    compiled = triton.compile(source, target=target, options=options.__dict__)
+    compiled, _ = _compile_like_jit(_attention_fwd, target, args, kwargs)
     secs = time.perf_counter() - start
     registers, stack = _resource_usage(compiled.asm["cubin"])
     ttgir = str(compiled.asm.get("ttgir", ""))
