@@ -36,6 +36,7 @@ from __future__ import annotations
 
 # mypy: disable-error-code="untyped-decorator,no-untyped-def"
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +54,7 @@ from tunehub.kernels.conv2d_reference import (
     pointwise_gemm,
 )
 from tunehub.kernels.triton_conv import rows_channels
-from tunehub.kernels.triton_gemm_kernels import Launch, _tile_coords
+from tunehub.kernels.triton_gemm_kernels import Launch, _compile_like_jit, _tile_coords
 from tunehub.kernels.triton_gemm_limits import TOLERANCE
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -276,24 +277,69 @@ def _layout(t: torch.Tensor, nhwc: bool) -> torch.Tensor:
     return t.contiguous(memory_format=torch.channels_last) if nhwc else t.contiguous()
 
 
+def _shapes(workload: Workload) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    # The input, filters and output as logical NCHW / OIHW shapes.
+    d = conv_dims(workload)
+    return (
+        (d["batch"], d["in_channels"], d["height"], d["width"]),
+        (d["out_channels"], d["icg"], d["kernel_h"], d["kernel_w"]),
+        (d["batch"], d["out_channels"], d["oh"], d["ow"]),
+    )
+
+
 def operands(workload: Workload, device: torch.device, seed: int) -> ConvOperands:
     """Fresh input and filters uniform in [-1, 1) and a NaN-poisoned output, logically
     NCHW / OIHW tensors stored as the workload's layout says (channels_last for nhwc)."""
-    d = conv_dims(workload)
     nhwc = is_nhwc(workload)
     dtype = TORCH_DTYPES[workload.dtype]
     g = torch.Generator(device=device)
     g.manual_seed(seed)
-    x = torch.empty(
-        (d["batch"], d["in_channels"], d["height"], d["width"]), dtype=dtype, device=device
-    ).uniform_(-1.0, 1.0, generator=g)
-    w = torch.empty(
-        (d["out_channels"], d["icg"], d["kernel_h"], d["kernel_w"]), dtype=dtype, device=device
-    ).uniform_(-1.0, 1.0, generator=g)
-    out = torch.full(
-        (d["batch"], d["out_channels"], d["oh"], d["ow"]), math.nan, dtype=dtype, device=device
-    )
+    x_shape, w_shape, out_shape = _shapes(workload)
+    x = torch.empty(x_shape, dtype=dtype, device=device).uniform_(-1.0, 1.0, generator=g)
+    w = torch.empty(w_shape, dtype=dtype, device=device).uniform_(-1.0, 1.0, generator=g)
+    out = torch.full(out_shape, math.nan, dtype=dtype, device=device)
     return ConvOperands(_layout(x, nhwc), _layout(w, nhwc), _layout(out, nhwc), workload)
+
+
+@dataclass(frozen=True)
+class Precompiled:
+    """What compiling one config's launches ahead made: their kernels' cache keys, the
+    largest shared memory one of them takes, and the seconds it took."""
+
+    keys: tuple[str, ...]
+    shared_bytes: int
+    compile_secs: float
+
+
+def precompile(workload: Workload, config: dict[str, Any], capability: int) -> Precompiled | None:
+    """Compile, without a GPU, every kernel ``bind`` launches for ``config`` (the copies a
+    REPACK or ``rows`` config makes first included) for a GPU of compute ``capability`` into
+    TRITON_CACHE_DIR, with their C launchers where the host has the CUDA driver; None for a
+    pointwise workload's config on ``triton.gemm``'s or ``triton.bmm``'s kernels, which
+    compile at their first launch. The launches are made on tensors of the "meta" device,
+    laid out as ``operands`` lays them: their specialisation, hence the cache keys, is the
+    run's (operands 16-byte aligned, the same strides). Raises the compiler's error."""
+    if triton.knobs.runtime.interpret:
+        raise RuntimeError("precompile needs Triton's compiler; TRITON_INTERPRET=1 is set")
+    if "variant" in config or "BATCH_MAJOR" in config:
+        return None
+    from triton.backends.compiler import GPUTarget
+
+    nhwc = is_nhwc(workload)
+    dtype = TORCH_DTYPES[workload.dtype]
+    meta = torch.device("meta")
+    x, w, out = (
+        _layout(torch.empty(shape, dtype=dtype, device=meta), nhwc) for shape in _shapes(workload)
+    )
+    target = GPUTarget("cuda", capability, 32)
+    start = time.perf_counter()
+    keys: list[str] = []
+    shared = 0
+    for launch in conv_launches(x, w, out, workload, config):
+        compiled, _ = _compile_like_jit(launch.kernel, target, launch.args, launch.kwargs)
+        keys.append(str(compiled.hash))
+        shared = max(shared, int(compiled.metadata.shared))
+    return Precompiled(tuple(keys), shared, time.perf_counter() - start)
 
 
 def torch_args(workload: Workload) -> dict[str, Any]:
