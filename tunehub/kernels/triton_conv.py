@@ -503,11 +503,11 @@ class TritonConv2dTemplate(Template):
         return Config({"benchmark": True})
 
     def build(self, request: MeasureRequest, *, build_dir: Path) -> Artifact:
-        """Compile the kernels the run will launch into Triton's cache for the target's
-        compute capability (no GPU needed), so builders compile while the GPU times another
-        candidate and the run's first launch finds them; a pointwise workload's config on
-        ``triton.gemm``'s or ``triton.bmm``'s kernels compiles at its first launch, and
-        nothing compiles under the interpreter."""
+        """Compile the kernels the run will launch (a pointwise workload's on
+        ``triton.gemm``'s or ``triton.bmm``'s) into Triton's cache for the target's compute
+        capability (no GPU needed), so builders compile while the GPU times another
+        candidate and the run's first launch finds them; nothing compiles under the
+        interpreter."""
         problem = self.request_problem(request)
         if problem:
             raise BuildFailed(MeasureStatus.INVALID, problem)
@@ -518,19 +518,16 @@ class TritonConv2dTemplate(Template):
         start = time.perf_counter()
         try:
             built = kernels.precompile(
-                request.workload, request.config.to_dict(), capability_of(request.target)
+                request.workload,
+                request.config.to_dict(),
+                capability_of(request.target),
+                request.target.cores,
             )
         except Exception as exc:  # Triton's CompilationError, an MLIR pass failure, ...
             text = f"{type(exc).__name__}: {exc}"
             raise BuildFailed(
                 MeasureStatus.BUILD_ERROR, text[-3000:], compile_secs=time.perf_counter() - start
             ) from None
-        if built is None:
-            return Artifact(
-                template=self.name,
-                key=f"conv2d-v{self.version}",
-                environment={"build": "at first launch"},
-            )
         return Artifact(
             template=self.name,
             key="+".join(built.keys),

@@ -311,35 +311,64 @@ class Precompiled:
     compile_secs: float
 
 
-def precompile(workload: Workload, config: dict[str, Any], capability: int) -> Precompiled | None:
+def precompile(
+    workload: Workload, config: dict[str, Any], capability: int, num_sms: int
+) -> Precompiled:
     """Compile, without a GPU, every kernel ``bind`` launches for ``config`` (the copies a
-    REPACK or ``rows`` config makes first included) for a GPU of compute ``capability`` into
-    TRITON_CACHE_DIR, with their C launchers where the host has the CUDA driver; None for a
-    pointwise workload's config on ``triton.gemm``'s or ``triton.bmm``'s kernels, which
-    compile at their first launch. The launches are made on tensors of the "meta" device,
-    laid out as ``operands`` lays them: their specialisation, hence the cache keys, is the
-    run's (operands 16-byte aligned, the same strides). Raises the compiler's error."""
+    REPACK or ``rows`` config makes first included; a pointwise workload's ``triton.gemm``
+    or ``triton.bmm`` kernels) for a GPU of compute ``capability`` with ``num_sms`` SMs into
+    TRITON_CACHE_DIR, with their C launchers where the host has the CUDA driver. The launches
+    are made on tensors of the "meta" device laid out as ``operands`` lays them (the GEMM
+    route through ``triton_gemm_kernels.precompile`` with the launch's rows), so their
+    specialisation, hence the cache keys, is the run's (operands 16-byte aligned, the same
+    strides). Raises the compiler's error."""
     if triton.knobs.runtime.interpret:
         raise RuntimeError("precompile needs Triton's compiler; TRITON_INTERPRET=1 is set")
-    if "variant" in config or "BATCH_MAJOR" in config:
-        return None
     from triton.backends.compiler import GPUTarget
 
+    start = time.perf_counter()
+    if "variant" in config:
+        return _precompile_gemm(workload, config, capability, num_sms, start)
     nhwc = is_nhwc(workload)
     dtype = TORCH_DTYPES[workload.dtype]
     meta = torch.device("meta")
     x, w, out = (
         _layout(torch.empty(shape, dtype=dtype, device=meta), nhwc) for shape in _shapes(workload)
     )
+    if "BATCH_MAJOR" in config:
+        launches = [_bmm_route(x, w, out, workload, config, num_sms)]
+    else:
+        launches = conv_launches(x, w, out, workload, config)
     target = GPUTarget("cuda", capability, 32)
-    start = time.perf_counter()
     keys: list[str] = []
     shared = 0
-    for launch in conv_launches(x, w, out, workload, config):
+    for launch in launches:
         compiled, _ = _compile_like_jit(launch.kernel, target, launch.args, launch.kwargs)
         keys.append(str(compiled.hash))
         shared = max(shared, int(compiled.metadata.shared))
     return Precompiled(tuple(keys), shared, time.perf_counter() - start)
+
+
+def _precompile_gemm(
+    workload: Workload, config: dict[str, Any], capability: int, num_sms: int, start: float
+) -> Precompiled:
+    # triton.gemm's own recipe, for the GEMM _gemm_launch runs: all N·H·W rows (the view's M
+    # is capped for its space), the input row-major, the filters' transpose column-major.
+    from tunehub.kernels import triton_gemm_kernels as gemm
+    from tunehub.kernels.triton_gemm import kernel_config
+
+    view = _gemm_view(workload)
+    d = conv_dims(workload)
+    built = gemm.precompile(
+        config=kernel_config(Config(config)), dtype=workload.dtype, epilogue="none",
+        allow_tf32=view.allow_tf32, m=d["batch"] * d["height"] * d["width"], n=view.n,
+        k=view.k, a_layout="row", b_layout="col", capability=capability, num_sms=num_sms,
+    )  # fmt: skip
+    return Precompiled(
+        tuple(kernel.cache_key for kernel in built),
+        max((kernel.shared_bytes for kernel in built), default=0),
+        time.perf_counter() - start,
+    )
 
 
 def torch_args(workload: Workload) -> dict[str, Any]:
@@ -587,11 +616,7 @@ def _gemm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]
     from tunehub.kernels import triton_gemm_kernels as gemm
     from tunehub.kernels.triton_gemm import kernel_config
 
-    gemm_view = pointwise_gemm(ops.workload)
-    if gemm_view is None:
-        raise ValueError(
-            f"{ops.workload.label} is no plain GEMM: configs with a variant are not for it"
-        )
+    gemm_view = _gemm_view(ops.workload)
     d = conv_dims(ops.workload)
     rows, n, k = d["batch"] * d["height"] * d["width"], gemm_view.n, gemm_view.k
     a = ops.x.permute(0, 2, 3, 1).view(rows, k)
@@ -602,22 +627,37 @@ def _gemm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]
     )
 
 
+def _gemm_view(workload: Workload) -> Workload:
+    view = pointwise_gemm(workload)
+    if view is None:
+        raise ValueError(
+            f"{workload.label} is no plain GEMM: configs with a variant are not for it"
+        )
+    return view
+
+
 def _bmm_launch(ops: ConvOperands, config: dict[str, Any]) -> Callable[[], Any]:
+    return _bmm_route(ops.x, ops.w, ops.out, ops.workload, config).bind()
+
+
+def _bmm_route(
+    x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, workload: Workload,
+    config: dict[str, Any], num_sms: int = 0,
+) -> Launch:  # fmt: skip
     """``triton.bmm``'s launch of ``config`` on a pointwise NCHW workload's tensors as stored:
     each image's output (O x H·W) is the filters (O x C, batch stride 0) times its input
-    (C x H·W)."""
+    (C x H·W); ``num_sms`` as ``bmm_launch`` takes it."""
     from tunehub.kernels.triton_bmm_kernels import bmm_launch
 
-    if pointwise_bmm(ops.workload) is None:
+    if pointwise_bmm(workload) is None:
         raise ValueError(
-            f"{ops.workload.label} is no batched GEMM: configs with BATCH_MAJOR are not for it"
+            f"{workload.label} is no batched GEMM: configs with BATCH_MAJOR are not for it"
         )
-    n, c, h, w = ops.x.shape
-    o = ops.w.shape[0]
-    a = ops.w.view(1, o, c).expand(n, o, c)
-    allow_tf32 = ops.workload.allow_tf32
-    b, out = ops.x.view(n, c, h * w), ops.out.view(n, o, h * w)
-    return bmm_launch(a, b, out, config, allow_tf32).bind()
+    n, c, h, wd = x.shape
+    o = w.shape[0]
+    a = w.view(1, o, c).expand(n, o, c)
+    b, y = x.view(n, c, h * wd), out.view(n, o, h * wd)
+    return bmm_launch(a, b, y, config, workload.allow_tf32, num_sms=num_sms)
 
 
 def reference(ops: ConvOperands) -> torch.Tensor:
