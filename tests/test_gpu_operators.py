@@ -25,7 +25,7 @@ from tunehub.core import Config, InvalidSpec, MeasureRequest, MeasureStatus, Wor
 from tunehub.core.operators import get_operator
 from tunehub.cost_model.features import feature_set
 from tunehub.db import MemoryScheduleStore
-from tunehub.kernels.base import TimingPolicy
+from tunehub.kernels.base import BuildFailed, TimingPolicy, compile_errors
 from tunehub.kernels.registry import get_template
 from tunehub.kernels.triton_bmm import TritonBmmTemplate, TritonGroupedMmTemplate
 from tunehub.service.app import create_app
@@ -257,6 +257,18 @@ def test_a_kernel_that_skips_a_group_is_a_wrong_answer() -> None:
 
 
 @needs_triton
+def test_a_compile_failure_is_a_build_error_and_a_refused_config_invalid() -> None:
+    # What every Triton template's build makes of its compile step's exceptions.
+    with pytest.raises(BuildFailed) as failed, compile_errors(0.0):
+        raise RuntimeError("ptxas error: Entry function uses too much shared data")
+    assert failed.value.status is MeasureStatus.BUILD_ERROR and failed.value.compile_secs > 0
+    assert failed.value.message.startswith("RuntimeError: ptxas error")
+    with pytest.raises(BuildFailed) as refused, compile_errors(0.0, invalid=(ValueError,)):
+        raise ValueError("BLOCK_K 256 is past K")
+    assert refused.value.status is MeasureStatus.INVALID
+    assert refused.value.message == "BLOCK_K 256 is past K"
+
+
 def test_build_compiles_the_kernels_for_an_h100_without_one(tmp_path: Path) -> None:
     """The build sandbox's path: Triton compiles for sm_90 into its cache, no GPU needed."""
     code = (

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -68,6 +70,24 @@ class BuildFailed(Exception):
             compile_secs=self.compile_secs,
             environment=self.environment,
         )
+
+
+@contextmanager
+def compile_errors(start: float, *, invalid: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """A build's compile step: an exception of an ``invalid`` type becomes an ``invalid``
+    BuildFailed with its message, any other a ``build_error`` with the compiler's text (its
+    last 3,000 characters) and the seconds since ``start``."""
+    try:
+        yield
+    except BuildFailed:
+        raise
+    except invalid as exc:
+        raise BuildFailed(MeasureStatus.INVALID, str(exc)) from None
+    except Exception as exc:  # Triton's CompilationError, an MLIR pass failure, ...
+        text = f"{type(exc).__name__}: {exc}"
+        raise BuildFailed(
+            MeasureStatus.BUILD_ERROR, text[-3000:], compile_secs=time.perf_counter() - start
+        ) from None
 
 
 class DeviceContextLost(Exception):

@@ -48,7 +48,13 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.kernels.base import (
+    Artifact,
+    BuildFailed,
+    Template,
+    TimingPolicy,
+    compile_errors,
+)
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.triton_gemm import (
     _device,
@@ -287,18 +293,13 @@ class TritonAttentionTemplate(Template):
 
         workload = request.workload
         start = time.perf_counter()
-        try:
+        with compile_errors(start):
             compiled = kernels.precompile(
                 config=request.config.to_dict(), head_dim=workload.k, dtype=workload.dtype,
                 causal=bool(workload.param("causal")), q_len=workload.m, kv_len=workload.n,
                 capability=capability_of(request.target), batch=int(workload.param("batch")),
                 heads=int(workload.param("heads")),
             )  # fmt: skip
-        except Exception as exc:  # Triton's CompilationError, an MLIR pass failure, ...
-            text = f"{type(exc).__name__}: {exc}"
-            raise BuildFailed(
-                MeasureStatus.BUILD_ERROR, text[-3000:], compile_secs=time.perf_counter() - start
-            ) from None
         return Artifact(
             template=self.name,
             key=compiled.hash,

@@ -42,7 +42,14 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels import triton_gemm_limits as limits
-from tunehub.kernels.base import Artifact, BuildFailed, Template, Tf32GpuBaseline, TimingPolicy
+from tunehub.kernels.base import (
+    Artifact,
+    BuildFailed,
+    Template,
+    Tf32GpuBaseline,
+    TimingPolicy,
+    compile_errors,
+)
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 from tunehub.kernels.triton_gemm import capability_of, device_props
 
@@ -251,7 +258,7 @@ class _TritonBatched(Template):
 
         workload, target = request.workload, request.target
         start = time.perf_counter()
-        try:
+        with compile_errors(start):
             compiled = kernels.compile_for(
                 self.op,
                 request.config.to_dict(),
@@ -260,11 +267,6 @@ class _TritonBatched(Template):
                 capability_of(target),
                 self._compile_args(workload, request.config, target),
             )
-        except Exception as exc:  # Triton's CompilationError, an MLIR pass failure, ...
-            text = f"{type(exc).__name__}: {exc}"
-            raise BuildFailed(
-                MeasureStatus.BUILD_ERROR, text[-3000:], compile_secs=time.perf_counter() - start
-            ) from None
         return Artifact(
             template=self.name,
             key=str(compiled.hash),
@@ -340,14 +342,9 @@ class TritonBmmTemplate(_TritonBatched):
     def _call(self, ops: Any, request: MeasureRequest) -> Callable[[], Any]:
         from tunehub.kernels import triton_bmm_kernels as kernels
 
-        sms = request.target.cores if ops.out.device.type == "cuda" else 3
+        # The persistent TMA kernel's programs: the device's SMs (the interpreter's few).
         return kernels.bmm_launch(
-            ops.a,
-            ops.b,
-            ops.out,
-            request.config.to_dict(),
-            request.workload.allow_tf32,
-            max(1, sms),
+            ops.a, ops.b, ops.out, request.config.to_dict(), request.workload.allow_tf32
         ).bind()
 
 

@@ -66,7 +66,13 @@ from tunehub.core import (
     Target,
     Workload,
 )
-from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.kernels.base import (
+    Artifact,
+    BuildFailed,
+    Template,
+    TimingPolicy,
+    compile_errors,
+)
 from tunehub.kernels.conv2d_reference import (
     conv_dims,
     is_depthwise,
@@ -516,18 +522,13 @@ class TritonConv2dTemplate(Template):
         from tunehub.kernels import triton_conv_kernels as kernels
 
         start = time.perf_counter()
-        try:
+        with compile_errors(start):
             built = kernels.precompile(
                 request.workload,
                 request.config.to_dict(),
                 capability_of(request.target),
                 request.target.cores,
             )
-        except Exception as exc:  # Triton's CompilationError, an MLIR pass failure, ...
-            text = f"{type(exc).__name__}: {exc}"
-            raise BuildFailed(
-                MeasureStatus.BUILD_ERROR, text[-3000:], compile_secs=time.perf_counter() - start
-            ) from None
         return Artifact(
             template=self.name,
             key="+".join(built.keys),

@@ -47,7 +47,13 @@ from tunehub.core import (
     Workload,
 )
 from tunehub.kernels import triton_gemm_limits as limits
-from tunehub.kernels.base import Artifact, BuildFailed, Template, TimingPolicy
+from tunehub.kernels.base import (
+    Artifact,
+    BuildFailed,
+    Template,
+    TimingPolicy,
+    compile_errors,
+)
 from tunehub.kernels.space import Knob, KnobConstraint, SearchSpace
 
 # 192: a composite tile (a 128- and a 64-row block, ``tiled`` and ``tma`` without split-K),
@@ -443,7 +449,7 @@ class TritonGemmTemplate(Template):
 
         workload, target = request.workload, request.target
         start = time.perf_counter()
-        try:
+        with compile_errors(start, invalid=(ValueError,)):
             built = kernels.precompile(
                 config=kernel_config(request.config),
                 dtype=_kernel_dtype(workload),
@@ -457,13 +463,6 @@ class TritonGemmTemplate(Template):
                 capability=capability_of(target),
                 num_sms=target.cores,
             )
-        except ValueError as exc:
-            raise BuildFailed(MeasureStatus.INVALID, str(exc)) from None
-        except Exception as exc:  # Triton's CompilationError, an MLIR pass failure, ...
-            text = f"{type(exc).__name__}: {exc}"
-            raise BuildFailed(
-                MeasureStatus.BUILD_ERROR, text[-3000:], compile_secs=time.perf_counter() - start
-            ) from None
         kernels_info = [asdict(k) for k in built]
         registers = [k.registers for k in built if k.registers is not None]
         stacks = [k.stack_bytes for k in built if k.stack_bytes is not None]
