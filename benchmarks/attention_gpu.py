@@ -137,15 +137,13 @@ SDP_MEMBER = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
 
 def candidates_for(shape: Shape, names: Iterable[str] | None = None) -> list[str]:
     wanted = set(names) if names is not None else None
-    # 16-row query tiles where the queries are that few (a decode), and only there; warp
-    # specialisation in full attention only (causal, its outputs were wrong on an H200).
+    # 16-row query tiles where the queries are that few (a decode), and only there.
     decode = shape.q_len <= 16
     return [
         name
         for name, config, dims in CANDIDATES
         if shape.head_dim in dims
         and (config["BLOCK_M"] == 16) == decode
-        and not (config["WARP_SPECIALIZE"] and shape.causal)
         and (wanted is None or name in wanted)
     ]
 

@@ -236,10 +236,12 @@ def test_hopper_adds_tma_and_warp_specialisation_to_the_space_and_seeds() -> Non
         (False, False), (True, False), (True, True)
     }  # fmt: skip
     # Triton 3.6 specialises only a TMA-fed loop of 4 warps (the rest compile the plain loop),
-    # and on the H200 its kernels were right only in full attention at 2 stages.
+    # and on the H200 its kernels were right only at 2 stages.
     assert {(c["num_warps"], c["num_stages"]) for c in hopper if c["WARP_SPECIALIZE"]} == {(4, 2)}
     causal = tmpl.space(long, H100).points
-    assert {(c["TMA"], c["WARP_SPECIALIZE"]) for c in causal} == {(False, False), (True, False)}
+    assert {(c["TMA"], c["WARP_SPECIALIZE"]) for c in causal} == {
+        (False, False), (True, False), (True, True)
+    }  # fmt: skip
     assert {(c["TMA"], c["WARP_SPECIALIZE"]) for c in tmpl.space(long, a100).points} == {
         (False, False)
     }  # fmt: skip
@@ -250,7 +252,7 @@ def test_hopper_adds_tma_and_warp_specialisation_to_the_space_and_seeds() -> Non
     assert not tmpl.default_config(long, a100)["TMA"]
     seeds = tmpl.seed_configs(full_long, H100)
     assert any(c["WARP_SPECIALIZE"] for c in seeds) and all(c in hopper for c in seeds)
-    causal_seeds = tmpl.seed_configs(long, H100)
+    causal_seeds = tmpl.seed_configs(long, H100)  # right when causal, but slower: not seeded
     assert not any(c["WARP_SPECIALIZE"] for c in causal_seeds)
     assert all(c in causal for c in causal_seeds)
     ws8 = Config({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2,
@@ -258,7 +260,7 @@ def test_hopper_adds_tma_and_warp_specialisation_to_the_space_and_seeds() -> Non
     assert "num_warps=4" in (tmpl.invalid_reason(full_long, H100, ws8) or "")
     ws4 = Config({**ws8.to_dict(), "num_warps": 4})
     assert tmpl.invalid_reason(full_long, H100, ws4) is None
-    assert "wrong outputs" in (tmpl.invalid_reason(long, H100, ws4) or "")
+    assert tmpl.invalid_reason(long, H100, ws4) is None
     ws3 = Config({**ws4.to_dict(), "num_stages": 3})
     assert "wrong outputs" in (tmpl.invalid_reason(full_long, H100, ws3) or "")
     tma = Config({**full.to_dict(), "WARP_SPECIALIZE": False})

@@ -55,14 +55,26 @@ def _attend(
     scale_log2,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
+    start_m=0,
+    offs_m=None,
+    SPLIT_ROWS: tl.constexpr = False,
 ):
-    # One key block of the online softmax, in base 2. ``k`` is BLOCK_N x HEAD_DIM (rows of K).
+    # One key block of the online softmax, in base 2. ``k`` is BLOCK_N x HEAD_DIM (rows of K);
+    # the tile's query rows are ``rows`` (= start_m + offs_m).
     s = tl.dot(q, tl.trans(k))
     if MASKED:
         # A block on the diagonal (causal) or past kv_len: only these few pay for the masks.
         ok = keys[None, :] < kv_len
         if CAUSAL:
-            ok = ok & (keys[None, :] <= rows[:, None])
+            if SPLIT_ROWS:
+                # Key j <= query row start_m + r, compared as (j - start_m) <= r: the form
+                # Triton 3.6's warp specialisation splits right. It gives each consumer
+                # warpgroup its half of the tile by moving both start_m and the offsets'
+                # range, so ``rows`` came out BLOCK_M / 2 too far down in the second half
+                # (its causal outputs were wrong); start_m on the keys' side stays put.
+                ok = ok & ((keys - start_m)[None, :] <= offs_m[:, None])
+            else:
+                ok = ok & (keys[None, :] <= rows[:, None])
         s = tl.where(ok, s * scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.math.exp2(s - m_new[:, None])
@@ -125,7 +137,8 @@ def _attention_fwd(
     v_base = V + batch * stride_vb + head * stride_vh
     o_base = Out + batch * stride_ob + head * stride_oh
     start_m = pid_m * BLOCK_M
-    rows = start_m + tl.arange(0, BLOCK_M)
+    offs_m = tl.arange(0, BLOCK_M)
+    rows = start_m + offs_m
     cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
     if TMA:
@@ -168,16 +181,16 @@ def _attention_fwd(
         hi = tl.minimum(kv_len, start_m + BLOCK_M)
     if WARP_SPECIALIZE and (CAUSAL or not EVEN_N):
         # Triton 3.6's Hopper warp specialisation takes one loop per kernel, without
-        # branches (a second loop crashes its pass, a branch turns it off): every block is
-        # masked.
+        # branches (a second loop, or a masked block before the loop, crashes its pass; a
+        # branch turns it off): every block is masked.
         for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
             start_n = tl.multiple_of(start_n, BLOCK_N)
-            keys = start_n + cols
             k = k_desc.load([start_n, 0])
             v = v_desc.load([start_n, 0])
             acc, l_i, m_i = _attend(
-                acc, l_i, m_i, q, k, v, rows, keys, kv_len, scale_log2, MASKED=True, CAUSAL=CAUSAL
-            )
+                acc, l_i, m_i, q, k, v, rows, start_n + cols, kv_len, scale_log2,
+                MASKED=True, CAUSAL=CAUSAL, start_m=start_m, offs_m=offs_m, SPLIT_ROWS=True,
+            )  # fmt: skip
     else:
         for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
             start_n = tl.multiple_of(start_n, BLOCK_N)
