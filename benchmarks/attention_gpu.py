@@ -104,12 +104,13 @@ TINY_SHAPES = (
 def _config(bm: int, bn: int, warps: int, stages: int, loads: str) -> dict[str, Any]:
     return {
         "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages,
-        "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws",
+        "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws", "GLUON": loads == "gluon",
     }  # fmt: skip
 
 
 # (name, config, head_dims it is meant for). "ptr": pointer loads; "tma": tensor descriptors;
-# "ws": tma with Triton's warp specialisation (a producer warpgroup, two consumers). Every one
+# "ws": tma with Triton's warp specialisation (a producer warpgroup, two consumers); "gluon":
+# the Gluon kernel (its softmax overlapping the previous block's P @ V; whole tiles only). Every one
 # compiles for sm_90 without spilling (benchmarks/notes/attention_hopper.md) and is in the
 # template's space on an H100/H200 for the shapes above it is measured on: 16-row tiles on a
 # decode's 16 queries, the others on the rest (tests/test_attention_gpu_bench.py).
@@ -124,6 +125,13 @@ CANDIDATES: tuple[tuple[str, dict[str, Any], tuple[int, ...]], ...] = (
     ("tma-64x128-w4-s3", _config(64, 128, 4, 3, "tma"), (64,)),
     ("ws-128x64-w4-s2", _config(128, 64, 4, 2, "ws"), (64, 128)),
     ("ws-128x128-w4-s2", _config(128, 128, 4, 2, "ws"), (64, 128)),
+    ("gluon-64x64-w4-s2", _config(64, 64, 4, 2, "gluon"), (64, 128)),
+    ("gluon-64x64-w4-s3", _config(64, 64, 4, 3, "gluon"), (64, 128)),
+    ("gluon-64x32-w4-s2", _config(64, 32, 4, 2, "gluon"), (64, 128)),
+    ("gluon-64x128-w4-s2", _config(64, 128, 4, 2, "gluon"), (64, 128)),
+    ("gluon-64x128-w4-s1", _config(64, 128, 4, 1, "gluon"), (128,)),
+    ("gluon-128x64-w8-s2", _config(128, 64, 8, 2, "gluon"), (64, 128)),
+    ("gluon-128x128-w8-s2", _config(128, 128, 8, 2, "gluon"), (64, 128)),
     # A decode's 16 queries: one 16-row tile a (batch, head).
     ("ptr-16x64-w4-s4", _config(16, 64, 4, 4, "ptr"), (128,)),
     ("ptr-16x128-w4-s3", _config(16, 128, 4, 3, "ptr"), (128,)),
@@ -137,13 +145,18 @@ SDP_MEMBER = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
 
 def candidates_for(shape: Shape, names: Iterable[str] | None = None) -> list[str]:
     wanted = set(names) if names is not None else None
-    # 16-row query tiles where the queries are that few (a decode), and only there.
+    # 16-row query tiles where the queries are that few (a decode), and only there; the
+    # Gluon kernel where the lengths are multiples of its tiles.
     decode = shape.q_len <= 16
     return [
         name
         for name, config, dims in CANDIDATES
         if shape.head_dim in dims
         and (config["BLOCK_M"] == 16) == decode
+        and not (
+            config["GLUON"]
+            and (shape.q_len % config["BLOCK_M"] or shape.kv_len % config["BLOCK_N"])
+        )
         and (wanted is None or name in wanted)
     ]
 

@@ -217,7 +217,7 @@ def test_the_space_fits_the_sequence_and_the_device() -> None:
     long = attention(m=8192, n=8192, k=128, heads=32, causal=True)
     configs = tmpl.space(long, H100).points
     assert {int(c["num_stages"]) for c in configs} == {1, 2, 3, 4, 5}
-    off = {"TMA": False, "WARP_SPECIALIZE": False}
+    off = {"TMA": False, "WARP_SPECIALIZE": False, "GLUON": False}
     too_big = Config({"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 2, "num_stages": 1, **off})
     assert "registers" in (tmpl.invalid_reason(long, H100, too_big) or "")
     deep = Config({"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 5, **off})
@@ -225,30 +225,39 @@ def test_the_space_fits_the_sequence_and_the_device() -> None:
     assert all(c in configs for c in tmpl.seed_configs(long, H100))
 
 
-def test_hopper_adds_tma_and_warp_specialisation_to_the_space_and_seeds() -> None:
+def test_hopper_adds_tma_warp_specialisation_and_gluon_to_the_space_and_seeds() -> None:
     tmpl = get_template("triton.attention")
     long = attention(m=4096, n=4096, k=128, heads=32, causal=True)
     ampere = {"compute_capability": 80, "smem_per_block_bytes": 166912}
     a100 = Target(kind="cuda", name="A100", arch=("sm_80",), cores=108, properties=ampere)
     full_long = attention(m=4096, n=4096, k=128, heads=32)
     hopper = tmpl.space(full_long, H100).points
-    assert {(c["TMA"], c["WARP_SPECIALIZE"]) for c in hopper} == {
-        (False, False), (True, False), (True, True)
+    assert {(c["TMA"], c["WARP_SPECIALIZE"], c["GLUON"]) for c in hopper} == {
+        (False, False, False), (True, False, False), (True, True, False), (True, False, True)
     }  # fmt: skip
     # Triton 3.6 specialises only a TMA-fed loop of 4 warps (the rest compile the plain loop),
     # and on the H200 its kernels were right only at 2 stages.
     assert {(c["num_warps"], c["num_stages"]) for c in hopper if c["WARP_SPECIALIZE"]} == {(4, 2)}
+    # The Gluon kernel: 16 query rows a warp.
+    assert {(c["BLOCK_M"], c["num_warps"]) for c in hopper if c["GLUON"]} == {(64, 4), (128, 8)}
     causal = tmpl.space(long, H100).points
-    assert {(c["TMA"], c["WARP_SPECIALIZE"]) for c in causal} == {
-        (False, False), (True, False), (True, True)
+    assert {(c["TMA"], c["WARP_SPECIALIZE"], c["GLUON"]) for c in causal} == {
+        (False, False, False), (True, False, False), (True, True, False), (True, False, True)
     }  # fmt: skip
-    assert {(c["TMA"], c["WARP_SPECIALIZE"]) for c in tmpl.space(long, a100).points} == {
-        (False, False)
-    }  # fmt: skip
-    default = tmpl.default_config(long, H100)  # causal: small pointer-load tiles first
+    assert {
+        (c["TMA"], c["WARP_SPECIALIZE"], c["GLUON"]) for c in tmpl.space(long, a100).points
+    } == {(False, False, False)}
+    # Hopper starts at the Gluon kernel's 64 x 64 tiles with 2 stages, causal or not.
+    for workload in (long, full_long):
+        default = tmpl.default_config(workload, H100)
+        assert default["GLUON"] and default["TMA"] and not default["WARP_SPECIALIZE"]
+        assert (default["BLOCK_M"], default["BLOCK_N"], default["num_stages"]) == (64, 64, 2)
+    # Lengths that are not multiples of its tiles: the plain kernels' seeds (causal: small
+    # pointer-load tiles first).
+    ragged = attention(m=4000, n=4000, k=128, heads=32, causal=True)
+    default = tmpl.default_config(ragged, H100)
     assert (default["BLOCK_M"], default["BLOCK_N"], default["TMA"]) == (64, 64, False)
-    full = tmpl.default_config(attention(m=4096, n=4096, k=128, heads=32), H100)
-    assert full["TMA"] and full["WARP_SPECIALIZE"] and full["BLOCK_N"] == 128
+    assert not any(c["GLUON"] for c in tmpl.space(ragged, H100).points)
     assert not tmpl.default_config(long, a100)["TMA"]
     seeds = tmpl.seed_configs(full_long, H100)
     assert any(c["WARP_SPECIALIZE"] for c in seeds) and all(c in hopper for c in seeds)
@@ -256,16 +265,44 @@ def test_hopper_adds_tma_and_warp_specialisation_to_the_space_and_seeds() -> Non
     assert not any(c["WARP_SPECIALIZE"] for c in causal_seeds)
     assert all(c in causal for c in causal_seeds)
     ws8 = Config({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2,
-                  "TMA": True, "WARP_SPECIALIZE": True})  # fmt: skip
+                  "TMA": True, "WARP_SPECIALIZE": True, "GLUON": False})  # fmt: skip
     assert "num_warps=4" in (tmpl.invalid_reason(full_long, H100, ws8) or "")
     ws4 = Config({**ws8.to_dict(), "num_warps": 4})
     assert tmpl.invalid_reason(full_long, H100, ws4) is None
     assert tmpl.invalid_reason(long, H100, ws4) is None
     ws3 = Config({**ws4.to_dict(), "num_stages": 3})
     assert "wrong outputs" in (tmpl.invalid_reason(full_long, H100, ws3) or "")
-    tma = Config({**full.to_dict(), "WARP_SPECIALIZE": False})
+    tma = Config({**ws4.to_dict(), "WARP_SPECIALIZE": False})
     assert "sm_90" in (tmpl.invalid_reason(long, a100, tma) or "")
     assert "missing" in (tmpl.invalid_reason(long, H100, Config({"BLOCK_M": 64})) or "")
+    # The Gluon kernel's own limits, each named.
+    glu = Config({**tma.to_dict(), "BLOCK_M": 64, "BLOCK_N": 64, "GLUON": True})
+    assert tmpl.invalid_reason(long, H100, glu) is None
+    assert "sm_90" in (tmpl.invalid_reason(long, a100, glu) or "")
+    assert "TMA on" in (
+        tmpl.invalid_reason(long, H100, Config({**glu.to_dict(), "TMA": False})) or ""
+    )
+    assert "16 query rows a warp" in (
+        tmpl.invalid_reason(long, H100, Config({**glu.to_dict(), "BLOCK_M": 128})) or ""
+    )
+    assert "multiple of BLOCK_M" in (tmpl.invalid_reason(ragged, H100, glu) or "")
+
+
+def test_the_gluon_kernel_is_refused_where_it_cannot_run() -> None:
+    # Triton's interpreter has no Gluon, and the kernel's descriptors need whole tiles.
+    w = attention(m=64, n=64, batch=1, heads=1)
+    ops = ak.operands(w, torch.device("cpu"), seed=5)
+    config = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "TMA": True,
+              "GLUON": True}  # fmt: skip
+    with pytest.raises(ValueError, match="Hopper GPU only"):
+        ak.bind(ops.q, ops.k, ops.v, ops.out, causal=True, config=config)
+    assert "GLUON needs TMA" in (ak.config_problem({**config, "TMA": False}) or "")
+    assert "GLUON needs TMA" in (ak.config_problem({**config, "WARP_SPECIALIZE": True}) or "")
+    gk = pytest.importorskip("tunehub.kernels.triton_attention_gluon")
+    assert gk.problem((1, 1, 64, 64, 64), config) is None
+    assert "kv_len (40) of BLOCK_N (64)" in (gk.problem((1, 1, 64, 40, 64), config) or "")
+    assert "16 query rows" in (gk.problem((1, 1, 64, 64, 64), {**config, "num_warps": 8}) or "")
+    assert "contiguous" in (gk.problem((1, 1, 64, 64, 64), config, contiguous=False) or "")
 
 
 def test_triton_attention_and_sdpa_measure_checked_times(tmp_path: Path) -> None:
@@ -273,7 +310,7 @@ def test_triton_attention_and_sdpa_measure_checked_times(tmp_path: Path) -> None
     timing = TimingPolicy(min_secs=0.01, max_repeats=2)
     tmpl = get_template("triton.attention")
     config = Config({"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2,
-                     "TMA": True, "WARP_SPECIALIZE": False})  # fmt: skip
+                     "TMA": True, "WARP_SPECIALIZE": False, "GLUON": False})  # fmt: skip
     result = tmpl.measure(request("triton.attention", w, config), build_dir=tmp_path, timing=timing)
     assert result.status is MeasureStatus.OK, result.error
     assert result.repeat_secs and result.environment["relative_error"] < 3e-3
@@ -300,11 +337,15 @@ def test_attention_features_read_the_operator_and_the_tiles() -> None:
     w = attention(m=1024, n=1024, heads=8, batch=4)
     configs = [
         Config({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}),
-        Config({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}),
-    ]
+        Config({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "TMA": True,
+                "GLUON": True}),
+    ]  # fmt: skip
     x = fs.matrix(w, H100, configs)
     col = {name: x[:, i] for i, name in enumerate(fs.names)}
     assert col["log2_programs"].tolist() == [math.log2(8 * 32), math.log2(16 * 32)]
+    # Which kernel: configs stored before a knob existed read as off.
+    assert col["gluon"].tolist() == [0, 1] and col["tma"].tolist() == [0, 1]
+    assert col["warp_specialize"].tolist() == [0, 0]
     assert col["log2_heads_batch"][0] == 5 and col["causal"][0] == 0
     causal = fs.matrix(attention(m=1024, n=1024, heads=8, batch=4, causal=True), H100, configs)
     kb = fs.names.index("log2_key_blocks")

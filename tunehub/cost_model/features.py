@@ -401,12 +401,14 @@ def _blis_bmm(workload: Workload, target: Target, configs: Sequence[Config]) -> 
 # the knobs, and what the tiles make of it: programs (query tiles x batch x heads) over the
 # SMs and the last wave's fill, padding of the query and key tiles, key blocks each program
 # walks (about half when causal), shared memory and fp32 values per thread (as
-# tunehub.kernels.triton_attention estimates them; copied so this module reads no kernel code).
+# tunehub.kernels.triton_attention estimates them; copied so this module reads no kernel code),
+# and which kernel loads how: TMA, Triton's warp specialisation, the Gluon kernel.
 ATTENTION_NAMES = (
     "log2_q_len", "log2_kv_len", "head_dim", "log2_heads_batch", "causal", "log2_flops",
     "dtype_bytes", "block_m", "block_n", "log2_block_m", "log2_block_n", "num_warps",
     "num_stages", "log2_programs", "waves", "last_wave_fill", "pad_m", "pad_n",
     "log2_key_blocks", "smem_kib", "values_per_thread", "log2_flops_per_program",
+    "tma", "warp_specialize", "gluon",
 )  # fmt: skip
 
 
@@ -453,6 +455,14 @@ def _attention(workload: Workload, target: Target, configs: Sequence[Config]) ->
         smem_kib=2.0 * d * (bm + 2.0 * stages * bn) / 1024.0,
         values_per_thread=bm * (d + bn) / (32.0 * warps),
         log2_flops_per_program=_log2(4.0 * bm * bn * d * key_blocks),
+        **{
+            name: np.array([bool(c.get(key, False)) for c in configs], dtype=np.float64)
+            for name, key in (
+                ("tma", "TMA"),
+                ("warp_specialize", "WARP_SPECIALIZE"),
+                ("gluon", "GLUON"),
+            )
+        },
     )
     return out
 
@@ -728,7 +738,8 @@ FEATURE_SETS: dict[str, FeatureSet] = {
         "triton.gemm", 6, TRITON_NAMES, _triton, consensus=1, default_margin=0.05
     ),
     "blis.bmm": FeatureSet("blis.bmm", 1, BMM_NAMES, _blis_bmm, consensus=20),
-    "triton.attention": FeatureSet("triton.attention", 1, ATTENTION_NAMES, _attention),
+    # 2: the loads' columns (tma, warp_specialize, gluon).
+    "triton.attention": FeatureSet("triton.attention", 2, ATTENTION_NAMES, _attention),
     # 2: the persistent TMA kernel's column (``tma``).
     "triton.bmm": FeatureSet("triton.bmm", 2, TRITON_BMM_NAMES, _triton_bmm, consensus=1),
     "triton.grouped_mm": FeatureSet(

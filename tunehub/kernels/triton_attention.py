@@ -7,7 +7,10 @@ are never read. Knobs: ``BLOCK_M`` and ``BLOCK_N`` (the query and key tiles), ``
 ``num_stages`` (how deep the key loop's loads are pipelined), and on Hopper and later ``TMA``
 (Q, K, V and O through tensor descriptors made in the kernel) and, with TMA on sm_90,
 ``WARP_SPECIALIZE`` (Triton's warp specialisation of the key loop: a producer warpgroup
-issuing the TMA loads and two consumer warpgroups, 12 warps for ``num_warps=4``).
+issuing the TMA loads and two consumer warpgroups, 12 warps for ``num_warps=4``), and on
+sm_90 ``GLUON`` (the kernel written in Gluon, ``triton_attention_gluon``: each block's softmax
+runs while the previous block's P @ V product is on the tensor cores; 16 query rows a warp,
+``num_stages`` slots of K and V, lengths multiples of the tiles).
 
 The space keeps tiles no larger than the sequence lengths need, and leaves out configs whose
 shared memory does not fit the device's or whose register estimate (the output accumulator
@@ -27,8 +30,8 @@ sandbox (or on the CPU under TRITON_INTERPRET=1).
 ...     "dtype": "float16", "batch": 4, "heads": 32, "causal": True})
 >>> t = TritonAttentionTemplate()
 >>> c = t.default_config(w, h100)
->>> c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"], c["TMA"]
-(64, 64, 4, 3, False)
+>>> c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"], c["GLUON"]
+(64, 64, 4, 2, True)
 >>> len(t.space(w, h100)) > 100
 True
 """
@@ -98,6 +101,15 @@ HOPPER_SEEDS = {
     ),
 }  # fmt: skip
 HOPPER_CAUSAL_FIRST = (64, 64, 4, 3, "ptr")
+# Ahead of those where the lengths are multiples of the tiles, the Gluon kernel ("gluon"),
+# fastest on 11 of 15 shapes on an H200 (attention_gpu-gluon-h200-20261127T0934.json): 64 x 64
+# tiles, one warpgroup and 2 stages first; at head_dim 128 then 64 x 128 with one stage (the
+# suite's picks at 4,096 and 8,192 causal tokens, operators-attention-gluon-h200-20261127.json),
+# at 64, 64 x 128 (second at 1,024 causal tokens) and 128 x 64 with 8 warps (first at 4,096 full).
+HOPPER_GLUON = {
+    64: ((64, 64, 4, 2, "gluon"), (64, 128, 4, 2, "gluon"), (128, 64, 8, 2, "gluon")),
+    128: ((64, 64, 4, 2, "gluon"), (64, 128, 4, 1, "gluon"), (64, 64, 4, 3, "gluon")),
+}  # fmt: skip
 SEEDS = {
     64: (
         (128, 64, 4, 3, "ptr"), (128, 128, 8, 3, "ptr"), (64, 64, 4, 3, "ptr"),
@@ -149,7 +161,8 @@ class TritonAttentionTemplate(Template):
     name = "triton.attention"
     # 2: masks only on the diagonal and last key blocks, causal tiles launched longest first,
     # the TMA and WARP_SPECIALIZE knobs (records of version 1 time other code).
-    version = 2
+    # 3: the GLUON knob (configs of version 2 lack it; their kernels are unchanged).
+    version = 3
     device_kind = "cuda"
     baseline_template = "torch.sdpa"
     slowest_gflops = 50.0
@@ -189,8 +202,21 @@ class TritonAttentionTemplate(Template):
                 _on(c, "TMA") and int(c["num_warps"]) == 4 and int(c["num_stages"]) == 2
             )
 
+        def gluon(c: Config) -> bool:
+            # The Gluon kernel: TMA loads of its own, 16 query rows a warp, and lengths that
+            # are multiples of the tiles (its descriptors span every (batch, head)).
+            return not _on(c, "GLUON") or (
+                _on(c, "TMA")
+                and not _on(c, "WARP_SPECIALIZE")
+                and int(c["num_warps"]) in (4, 8)
+                and int(c["BLOCK_M"]) == 16 * int(c["num_warps"])
+                and workload.m % int(c["BLOCK_M"]) == 0
+                and workload.n % int(c["BLOCK_N"]) == 0
+            )
+
         tma = (False, True) if capability >= 90 else (False,)
         ws = (False, True) if capability // 10 == 9 else (False,)
+        on_hopper = (False, True) if capability // 10 == 9 else (False,)
         knobs = (
             Knob("BLOCK_M", BLOCK_MS),
             Knob("BLOCK_N", BLOCK_NS),
@@ -198,12 +224,16 @@ class TritonAttentionTemplate(Template):
             Knob("num_stages", STAGES),
             Knob("TMA", tma),
             Knob("WARP_SPECIALIZE", ws),
+            Knob("GLUON", on_hopper),
         )
         constraints = (
             KnobConstraint(("BLOCK_M", "BLOCK_N"), fits),
             KnobConstraint(("num_warps", "num_stages", "TMA", "WARP_SPECIALIZE"), specialised),
             KnobConstraint(("BLOCK_M", "BLOCK_N", "num_warps", "WARP_SPECIALIZE"), registers),
             KnobConstraint(("BLOCK_M", "BLOCK_N", "num_stages", "TMA", "WARP_SPECIALIZE"), shared),
+            KnobConstraint(
+                ("BLOCK_M", "BLOCK_N", "num_warps", "TMA", "WARP_SPECIALIZE", "GLUON"), gluon
+            ),
         )
         return SearchSpace(knobs=knobs, constraints=constraints)
 
@@ -211,7 +241,9 @@ class TritonAttentionTemplate(Template):
         if self.space(workload, target).is_valid(config):
             return None
         why = "outside the space"
-        names = {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPECIALIZE"}
+        names = {
+            "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPECIALIZE", "GLUON"
+        }  # fmt: skip
         try:
             if set(config) != names:
                 missing, unknown = sorted(names - set(config)), sorted(set(config) - names)
@@ -224,9 +256,26 @@ class TritonAttentionTemplate(Template):
             elif _on(config, "WARP_SPECIALIZE") and int(config["num_stages"]) != 2:
                 why = "WARP_SPECIALIZE computed wrong outputs on Hopper except at num_stages=2"
             elif (_on(config, "TMA") and capability_of(target) < 90) or (
-                _on(config, "WARP_SPECIALIZE") and capability_of(target) // 10 != 9
+                (_on(config, "WARP_SPECIALIZE") or _on(config, "GLUON"))
+                and capability_of(target) // 10 != 9
             ):
-                why = "TMA needs sm_90 or later, WARP_SPECIALIZE sm_90"
+                why = "TMA needs sm_90 or later, WARP_SPECIALIZE and GLUON sm_90"
+            elif _on(config, "GLUON") and (
+                not _on(config, "TMA") or _on(config, "WARP_SPECIALIZE")
+            ):
+                why = "GLUON needs TMA on and WARP_SPECIALIZE off"
+            elif _on(config, "GLUON") and (
+                int(config["num_warps"]) not in (4, 8)
+                or int(config["BLOCK_M"]) != 16 * int(config["num_warps"])
+            ):
+                why = "GLUON takes 16 query rows a warp: BLOCK_M=64 with 4 warps or 128 with 8"
+            elif _on(config, "GLUON") and (
+                workload.m % int(config["BLOCK_M"]) or workload.n % int(config["BLOCK_N"])
+            ):
+                why = (
+                    f"GLUON needs q_len ({workload.m}) a multiple of BLOCK_M and kv_len "
+                    f"({workload.n}) of BLOCK_N"
+                )
             elif values_per_thread(config, workload.k) > MAX_VALUES_PER_THREAD:
                 why = "the accumulator and score tile need more registers than a thread has"
             elif shared_bytes(config, workload.k) > int(
@@ -248,11 +297,13 @@ class TritonAttentionTemplate(Template):
                 # one loop): right, but 0.44-0.77x of cuDNN where the best plain tile ran
                 # 0.76-0.96x on 11 causal shapes; the space keeps them, the seeds do not.
                 tiles = (HOPPER_CAUSAL_FIRST, *(t for t in tiles if t[4] != "ws"))
+            tiles = (*HOPPER_GLUON.get(workload.k, HOPPER_GLUON[64]), *tiles)
         tiles = (*tiles, *SEEDS.get(workload.k, SEEDS[64]), *SMALL_SEEDS)
         return [
             Config({
                 "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s,
                 "TMA": loads != "ptr", "WARP_SPECIALIZE": loads == "ws",
+                "GLUON": loads == "gluon",
             })
             for bm, bn, w, s, loads in tiles
         ]  # fmt: skip

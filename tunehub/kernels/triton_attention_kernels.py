@@ -249,11 +249,12 @@ def _attention_fwd(
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # Knobs a config may leave out (configs stored before they existed): off when absent.
-OPTIONAL_CONFIG_KEYS = ("TMA", "WARP_SPECIALIZE")
+OPTIONAL_CONFIG_KEYS = ("TMA", "WARP_SPECIALIZE", "GLUON")
 
 
 def config_problem(config: Mapping[str, Any]) -> str | None:
-    """Why ``config`` cannot run at all (a missing key, WARP_SPECIALIZE without TMA), or None."""
+    """Why ``config`` cannot run at all (a missing key, WARP_SPECIALIZE without TMA, GLUON
+    without TMA or beside WARP_SPECIALIZE), or None."""
     missing = [key for key in CONFIG_KEYS if key not in config]
     if missing:
         return f"config lacks {missing}"
@@ -262,6 +263,10 @@ def config_problem(config: Mapping[str, Any]) -> str | None:
         return f"config has unknown keys {unknown}"
     if bool(config.get("WARP_SPECIALIZE", False)) and not bool(config.get("TMA", False)):
         return "WARP_SPECIALIZE needs TMA (the warp-specialised loop is fed by TMA loads)"
+    if bool(config.get("GLUON", False)) and (
+        not bool(config.get("TMA", False)) or bool(config.get("WARP_SPECIALIZE", False))
+    ):
+        return "GLUON needs TMA and WARP_SPECIALIZE off (its kernel loads through TMA itself)"
     return None
 
 
@@ -329,9 +334,11 @@ def bind(
     config: Mapping[str, Any],
 ) -> Callable[[], None]:
     """A callable writing ``out = attention(q, k, v)`` with ``config`` (BLOCK_M, BLOCK_N,
-    num_warps, num_stages; TMA and WARP_SPECIALIZE off unless given). Tensors are
+    num_warps, num_stages; TMA, WARP_SPECIALIZE and GLUON off unless given). Tensors are
     batch x heads x len x head_dim, last dim contiguous; with TMA each (batch, head)'s rows
-    must also start and step on 16-byte multiples (``tma_problem``)."""
+    must also start and step on 16-byte multiples (``tma_problem``); GLUON (the Gluon
+    kernel, ``triton_attention_gluon``) needs contiguous tensors, lengths that are multiples
+    of the tiles, and a Hopper GPU."""
     batch, heads, q_len, head_dim = q.shape
     kv_len = k.shape[2]
     if head_dim not in (16, 32, 64, 128, 256) or k.shape[3] != head_dim:
@@ -348,6 +355,8 @@ def bind(
         problem = tma_problem(q, k, v, out)
         if problem:
             raise ValueError(f"TMA cannot load these operands: {problem}")
+    if bool(config.get("GLUON", False)):
+        return _bind_gluon(q, k, v, out, causal=causal, config=config)
     grid, args, kwargs = launch_args(
         q, k, v, out, (batch, heads, q_len, kv_len, head_dim),
         (q.stride(), k.stride(), v.stride(), out.stride()), causal, config,
@@ -357,6 +366,33 @@ def bind(
     def call() -> None:
         if tma and not interpreting:
             triton.set_allocator(_descriptor_scratch)
+        kernel(*args, **kwargs)
+
+    return call
+
+
+def _bind_gluon(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    causal: bool,
+    config: Mapping[str, Any],
+) -> Callable[[], None]:
+    if triton.knobs.runtime.interpret or q.device.type != "cuda":
+        raise ValueError("GLUON runs on a Hopper GPU only (Triton's interpreter has no Gluon)")
+    from tunehub.kernels import triton_attention_gluon as gk
+
+    shapes = (*q.shape[:3], k.shape[2], q.shape[3])
+    contiguous = all(t.is_contiguous() for t in (q, k, v, out))
+    problem = gk.problem(shapes, config, contiguous)
+    if problem:
+        raise ValueError(problem)
+    grid, args, kwargs = gk.launch_args(q, k, v, out, shapes, causal, config)
+    kernel = gk._gluon_attention_fwd[grid]
+
+    def call() -> None:
         kernel(*args, **kwargs)
 
     return call
@@ -412,13 +448,23 @@ def precompile(
     q_strides = (heads * q_len * head_dim, q_len * head_dim, head_dim, 1)
     kv_strides = (heads * kv_len * head_dim, kv_len * head_dim, head_dim, 1)
     q, k, v, out = (_FakeTensor(torch_dtype) for _ in range(4))
-    _, args, kwargs = launch_args(
-        q, k, v, out, (batch, heads, q_len, kv_len, head_dim),
-        (q_strides, kv_strides, kv_strides, q_strides), causal, config,
-    )  # fmt: skip
+    shapes = (batch, heads, q_len, kv_len, head_dim)
+    kernel: Any = _attention_fwd
+    if bool(config.get("GLUON", False)):
+        from tunehub.kernels import triton_attention_gluon as gk
+
+        problem = gk.problem(shapes, config)
+        if problem:
+            raise ValueError(problem)
+        kernel = gk._gluon_attention_fwd
+        _, args, kwargs = gk.launch_args(q, k, v, out, shapes, causal, config)
+    else:
+        _, args, kwargs = launch_args(
+            q, k, v, out, shapes, (q_strides, kv_strides, kv_strides, q_strides), causal, config
+        )
     target = GPUTarget("cuda", capability, 32)
     start = time.perf_counter()
-    compiled, _ = _compile_like_jit(_attention_fwd, target, args, kwargs)
+    compiled, _ = _compile_like_jit(kernel, target, args, kwargs)
     secs = time.perf_counter() - start
     registers, stack = _resource_usage(compiled.asm["cubin"])
     ttgir = str(compiled.asm.get("ttgir", ""))

@@ -1320,6 +1320,10 @@ def _specialize(
     options, signature, constexprs, attrs = kernel._pack_args(
         backend, kwargs, bound_args, specialization, options
     )
+    if kernel.is_gluon():  # Gluon's source sets the module's warp count
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource(kernel, signature, constexprs, attrs), options
     return ASTSource(kernel, signature, constexprs, attrs), options
 
 
