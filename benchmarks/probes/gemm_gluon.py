@@ -52,7 +52,7 @@ def _tile(t, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 def _producer(descs, bars, bufs, sizes, CONSUMER: gl.constexpr, GROUP_M: gl.constexpr,
               CONSUMERS: gl.constexpr):  # fmt: skip
     a_desc, b_desc, c_desc = descs
-    ready, empty = bars
+    ready, empty, turn = bars
     a_bufs, b_bufs, c_bufs = bufs
     M, N, K = sizes
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
@@ -83,7 +83,7 @@ def _producer(descs, bars, bufs, sizes, CONSUMER: gl.constexpr, GROUP_M: gl.cons
 def _consumer(descs, bars, bufs, sizes, CONSUMER: gl.constexpr, GROUP_M: gl.constexpr,
               CONSUMERS: gl.constexpr):  # fmt: skip
     a_desc, b_desc, c_desc = descs
-    ready, empty = bars
+    ready, empty, turn = bars
     a_bufs, b_bufs, c_bufs = bufs
     M, N, K = sizes
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
@@ -103,6 +103,12 @@ def _consumer(descs, bars, bufs, sizes, CONSUMER: gl.constexpr, GROUP_M: gl.cons
         if i % CONSUMERS == CONSUMER:
             pid_m, pid_n = _tile(t, num_pid_m, num_pid_n, GROUP_M)
             acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=layout)
+            if CONSUMERS > 1:
+                # Mainloops take turns (consumer 0 first): a consumer waits on its slots
+                # only once the other has consumed the slices before them, so a slot's
+                # parity never runs a phase ahead of the producer.
+                n = i // CONSUMERS
+                mbarrier.wait(turn.index(CONSUMER), (n & 1) ^ (1 - CONSUMER))
             for k in range(k_steps):
                 s = i * k_steps + k
                 slot = s % STAGES
@@ -114,6 +120,8 @@ def _consumer(descs, bars, bufs, sizes, CONSUMER: gl.constexpr, GROUP_M: gl.cons
                 mbarrier.arrive(empty.index((s + STAGES - 1) % STAGES), pred=k > 0)
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(empty.index((i * k_steps + k_steps - 1) % STAGES))
+            if CONSUMERS > 1:
+                mbarrier.arrive(turn.index(1 - CONSUMER))  # its epilogue runs beside the next
             tma.store_wait(0)  # the previous tile's store has left c_smem
             c_smem.store(acc.to(c_desc.dtype))
             fence_async_shared()
@@ -132,12 +140,15 @@ def _gemm_pingpong(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr,
     c_bufs = gl.allocate_shared_memory(dtype, [2] + c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
     fence_async_shared()
     descs = (a_desc, b_desc, c_desc)
-    bars = (ready, empty)
+    bars = (ready, empty, turn)
     bufs = (a_bufs, b_bufs, c_bufs)
     sizes = (M, N, K)
     if CONSUMERS == 2:
@@ -248,6 +259,7 @@ def main() -> int:
     parser.add_argument("--child", help="variant to run in this process (internal)")
     parser.add_argument("--shapes", default=",".join(s[0] for s in SHAPES))
     parser.add_argument("--configs", default="all")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     args = parser.parse_args()
     shapes = args.shapes.split(",")
     configs = (
@@ -261,13 +273,18 @@ def main() -> int:
     import subprocess
 
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "variants": {}}
-    for variant in VARIANTS:
+    for variant in args.variants.split(","):
         # A small check first in its own process (a faulting kernel kills its CUDA context).
         for cfg in range(len(CONFIGS)):
-            proc = subprocess.run(
-                [sys.executable, __file__, "--child", variant, "--shapes", "gpt2-b8-attn-out",
-                 "--configs", str(cfg)], capture_output=True, text=True, timeout=300,
-            )  # fmt: skip
+            try:
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--child", variant, "--shapes", "gpt2-b8-attn-out",
+                     "--configs", str(cfg)], capture_output=True, text=True, timeout=60,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                report["variants"][f"{variant}-check-{cfg}"] = {"rc": "hung", "tail": ""}
+                print(variant, cfg, "hung", flush=True)
+                continue
             key = f"{variant}-check-{cfg}"
             report["variants"][key] = {
                 "rc": proc.returncode,
