@@ -66,7 +66,6 @@ def _gluon_attention_fwd(
     CAUSAL: gl.constexpr,
     STAGES: gl.constexpr,
     num_warps: gl.constexpr,
-    Q_REGS: gl.constexpr = False,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
@@ -124,13 +123,9 @@ def _gluon_attention_fwd(
     # here and in the loop (Gluon checks a called function's reductions without the
     # kernel's warp count). Every row sees key 0, so the row maximum is finite from here on.
     mbarrier.wait(q_bar, 0)
-    if Q_REGS:
-        q_op = q_smem.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
-    else:
-        q_op = q_smem
     mbarrier.wait(k_bar.index(0), 0)
     s_tok = warpgroup_mma(
-        q_op, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True
+        q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True
     )
     s = warpgroup_mma_wait(0, deps=(s_tok,))
     if CAUSAL and start_m < BLOCK_N - 1:
@@ -154,7 +149,7 @@ def _gluon_attention_fwd(
         prev = (j - 1) % STAGES
         mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
         s_tok = warpgroup_mma(
-            q_op, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True
+            q_smem, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True
         )
         mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
         acc_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
