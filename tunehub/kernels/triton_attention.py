@@ -215,16 +215,15 @@ class TritonAttentionTemplate(Template):
             )
 
         tma = (False, True) if capability >= 90 else (False,)
-        ws = (False, True) if capability // 10 == 9 else (False,)
-        on_hopper = (False, True) if capability // 10 == 9 else (False,)
+        hopper = (False, True) if capability // 10 == 9 else (False,)  # sm_90's own knobs
         knobs = (
             Knob("BLOCK_M", BLOCK_MS),
             Knob("BLOCK_N", BLOCK_NS),
             Knob("num_warps", WARPS),
             Knob("num_stages", STAGES),
             Knob("TMA", tma),
-            Knob("WARP_SPECIALIZE", ws),
-            Knob("GLUON", on_hopper),
+            Knob("WARP_SPECIALIZE", hopper),
+            Knob("GLUON", hopper),
         )
         constraints = (
             KnobConstraint(("BLOCK_M", "BLOCK_N"), fits),
