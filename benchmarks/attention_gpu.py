@@ -94,6 +94,8 @@ SHAPES = (
     _shape(1, 32, 4096, 128, True, "float16"),
     Shape("b8h32-q16-kv8192-d128-full-fp16", 8, 32, 16, 8192, 128, False, "float16"),
     Shape("b32h16-257-d64-full-fp16", 32, 16, 257, 257, 64, False, "float16"),
+    # A prompt of no round length: partial last query and key tiles.
+    _shape(4, 32, 1000, 128, True, "float16"),
 )
 TINY_SHAPES = (
     Shape("tiny-causal", 1, 2, 40, 40, 64, True, "float16"),
@@ -110,7 +112,7 @@ def _config(bm: int, bn: int, warps: int, stages: int, loads: str) -> dict[str, 
 
 # (name, config, head_dims it is meant for). "ptr": pointer loads; "tma": tensor descriptors;
 # "ws": tma with Triton's warp specialisation (a producer warpgroup, two consumers); "gluon":
-# the Gluon kernel (its softmax overlapping the previous block's P @ V; whole tiles only). Every one
+# the Gluon kernel (its softmax overlapping the previous block's P @ V). Every one
 # compiles for sm_90 without spilling (benchmarks/notes/attention_hopper.md) and is in the
 # template's space on an H100/H200 for the shapes above it is measured on: 16-row tiles on a
 # decode's 16 queries, the others on the rest (tests/test_attention_gpu_bench.py).
@@ -145,18 +147,13 @@ SDP_MEMBER = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
 
 def candidates_for(shape: Shape, names: Iterable[str] | None = None) -> list[str]:
     wanted = set(names) if names is not None else None
-    # 16-row query tiles where the queries are that few (a decode), and only there; the
-    # Gluon kernel where the lengths are multiples of its tiles.
+    # 16-row query tiles where the queries are that few (a decode), and only there.
     decode = shape.q_len <= 16
     return [
         name
         for name, config, dims in CANDIDATES
         if shape.head_dim in dims
         and (config["BLOCK_M"] == 16) == decode
-        and not (
-            config["GLUON"]
-            and (shape.q_len % config["BLOCK_M"] or shape.kv_len % config["BLOCK_N"])
-        )
         and (wanted is None or name in wanted)
     ]
 

@@ -10,7 +10,7 @@ are never read. Knobs: ``BLOCK_M`` and ``BLOCK_N`` (the query and key tiles), ``
 issuing the TMA loads and two consumer warpgroups, 12 warps for ``num_warps=4``), and on
 sm_90 ``GLUON`` (the kernel written in Gluon, ``triton_attention_gluon``: each block's softmax
 runs while the previous block's P @ V product is on the tensor cores; 16 query rows a warp,
-``num_stages`` slots of K and V, lengths multiples of the tiles).
+``num_stages`` slots of K and V).
 
 The space keeps tiles no larger than the sequence lengths need, and leaves out configs whose
 shared memory does not fit the device's or whose register estimate (the output accumulator
@@ -101,11 +101,11 @@ HOPPER_SEEDS = {
     ),
 }  # fmt: skip
 HOPPER_CAUSAL_FIRST = (64, 64, 4, 3, "ptr")
-# Ahead of those where the lengths are multiples of the tiles, the Gluon kernel ("gluon"),
-# fastest on 11 of 15 shapes on an H200 (attention_gpu-gluon-h200-20261127T0934.json): 64 x 64
-# tiles, one warpgroup and 2 stages first; at head_dim 128 then 64 x 128 with one stage (the
-# suite's picks at 4,096 and 8,192 causal tokens, operators-attention-gluon-h200-20261127.json),
-# at 64, 64 x 128 (second at 1,024 causal tokens) and 128 x 64 with 8 warps (first at 4,096 full).
+# Ahead of those, the Gluon kernel ("gluon"), fastest on 14 of 16 shapes on an H200
+# (attention_gpu-v3-h200-20261127T1015.json; 11 of 15 in attention_gpu-gluon-h200-
+# 20261127T0934.json): 64 x 64 tiles, one warpgroup and 2 stages first (best on 9); at
+# head_dim 128 then 64 x 128 with one stage (best at 8,192 causal tokens and in two full
+# shapes), at 64, 64 x 128 and 128 x 64 with 8 warps (best at 4,096 full tokens).
 HOPPER_GLUON = {
     64: ((64, 64, 4, 2, "gluon"), (64, 128, 4, 2, "gluon"), (128, 64, 8, 2, "gluon")),
     128: ((64, 64, 4, 2, "gluon"), (64, 128, 4, 1, "gluon"), (64, 64, 4, 3, "gluon")),
@@ -203,15 +203,12 @@ class TritonAttentionTemplate(Template):
             )
 
         def gluon(c: Config) -> bool:
-            # The Gluon kernel: TMA loads of its own, 16 query rows a warp, and lengths that
-            # are multiples of the tiles (its descriptors span every (batch, head)).
+            # The Gluon kernel: TMA loads of its own and 16 query rows a warp.
             return not _on(c, "GLUON") or (
                 _on(c, "TMA")
                 and not _on(c, "WARP_SPECIALIZE")
                 and int(c["num_warps"]) in (4, 8)
                 and int(c["BLOCK_M"]) == 16 * int(c["num_warps"])
-                and workload.m % int(c["BLOCK_M"]) == 0
-                and workload.n % int(c["BLOCK_N"]) == 0
             )
 
         tma = (False, True) if capability >= 90 else (False,)
@@ -268,13 +265,6 @@ class TritonAttentionTemplate(Template):
                 or int(config["BLOCK_M"]) != 16 * int(config["num_warps"])
             ):
                 why = "GLUON takes 16 query rows a warp: BLOCK_M=64 with 4 warps or 128 with 8"
-            elif _on(config, "GLUON") and (
-                workload.m % int(config["BLOCK_M"]) or workload.n % int(config["BLOCK_N"])
-            ):
-                why = (
-                    f"GLUON needs q_len ({workload.m}) a multiple of BLOCK_M and kv_len "
-                    f"({workload.n}) of BLOCK_N"
-                )
             elif values_per_thread(config, workload.k) > MAX_VALUES_PER_THREAD:
                 why = "the accumulator and score tile need more registers than a thread has"
             elif shared_bytes(config, workload.k) > int(

@@ -16,9 +16,11 @@ refilled once the MMA reading it has finished. One program takes ``BLOCK_M`` que
 the keys up to the diagonal, longest first, and mask only the blocks that cross it. O leaves
 through the tile Q came in by, stored with TMA.
 
-The descriptors span every (batch, head)'s rows as one 2-D tensor, so each length must be a
-multiple of its tile (``problem`` says when not) and the tensors contiguous. wgmma is sm_90's
-instruction: neither other GPUs nor Triton's interpreter run this kernel.
+The descriptors span every (batch, head)'s rows as one 2-D tensor (so the tensors must be
+contiguous): a partial last key block reads the next (batch, head)'s rows, or zeros past the
+end, and masks them; a partial last query tile computes such rows too and stores O through
+masked pointers instead of TMA. wgmma is sm_90's instruction: neither other GPUs nor
+Triton's interpreter run this kernel.
 Imports torch and Triton: GPU run sandboxes, builds and tests only.
 """
 
@@ -60,10 +62,13 @@ def _gluon_attention_fwd(
     k_desc,
     v_desc,
     o_desc,
+    Out,
     scale_log2,
     q_len,
     kv_len,
     CAUSAL: gl.constexpr,
+    EVEN_M: gl.constexpr,
+    EVEN_N: gl.constexpr,
     STAGES: gl.constexpr,
     num_warps: gl.constexpr,
 ):
@@ -118,6 +123,9 @@ def _gluon_attention_fwd(
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
     rows = start_m + gl.arange(0, BLOCK_M, layout=row_s)
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    # Masked key blocks: those crossing the causal diagonal, and a last block running past
+    # kv_len (whose rows the 2-D descriptor reads from the next (batch, head), or as zeros
+    # past the tensor's end). Lengths that are multiples of the tiles compile no kv_len mask.
 
     # Key block 0: its scores alone, then its K slot refilled. The softmax is written out
     # here and in the loop (Gluon checks a called function's reductions without the
@@ -128,10 +136,14 @@ def _gluon_attention_fwd(
         q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True
     )
     s = warpgroup_mma_wait(0, deps=(s_tok,))
-    if CAUSAL and start_m < BLOCK_N - 1:
-        s = gl.where(
-            gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), s * scale_log2, float("-inf")
-        )
+    if (CAUSAL and start_m < BLOCK_N - 1) or (not EVEN_N and kv_len < BLOCK_N):
+        if CAUSAL:
+            ok = gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1)
+            if not EVEN_N:
+                ok = ok & (gl.expand_dims(cols, 0) < kv_len)
+        else:
+            ok = gl.expand_dims(cols, 0) < kv_len
+        s = gl.where(ok, s * scale_log2, float("-inf"))
         m_i = gl.max(s, 1)
         p = gl.exp2(s - gl.expand_dims(m_i, 1))
     else:
@@ -157,11 +169,17 @@ def _gluon_attention_fwd(
         # P_{j-1} V_{j-1} product issued after it may still run during the softmax.
         s = warpgroup_mma_wait(1, deps=(s_tok,))
         start_n = j * BLOCK_N
-        if CAUSAL and start_n + BLOCK_N > start_m + 1:
+        if (CAUSAL and start_n + BLOCK_N > start_m + 1) or (
+            not EVEN_N and start_n + BLOCK_N > kv_len
+        ):
             keys = start_n + cols
-            s = gl.where(
-                gl.expand_dims(keys, 0) <= gl.expand_dims(rows, 1), s * scale_log2, float("-inf")
-            )
+            if CAUSAL:
+                ok = gl.expand_dims(keys, 0) <= gl.expand_dims(rows, 1)
+                if not EVEN_N:
+                    ok = ok & (gl.expand_dims(keys, 0) < kv_len)
+            else:
+                ok = gl.expand_dims(keys, 0) < kv_len
+            s = gl.where(ok, s * scale_log2, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, 1))
             p = gl.exp2(s - gl.expand_dims(m_new, 1))
         else:
@@ -190,10 +208,19 @@ def _gluon_attention_fwd(
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_bar.index(i))
         mbarrier.invalidate(v_bar.index(i))
-    q_smem.store(out.to(dtype))  # Q's tile is done with: O leaves through it
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [q_row, 0], q_smem)
-    tma.store_wait(pendings=0)
+    if EVEN_M:
+        q_smem.store(out.to(dtype))  # Q's tile is done with: O leaves through it
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [q_row, 0], q_smem)
+        tma.store_wait(pendings=0)
+    else:
+        # A partial last tile: rows past q_len belong to the next (batch, head), so O goes
+        # out through masked stores.
+        o_rows = start_m + gl.arange(0, BLOCK_M, layout=row_o)
+        dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        offsets = gl.expand_dims((bh * q_len + o_rows).to(gl.int64) * HEAD_DIM, 1)
+        offsets = offsets + gl.expand_dims(dims, 0)
+        gl.store(Out + offsets, out.to(dtype), mask=gl.expand_dims(o_rows < q_len, 1))
 
 
 def problem(
@@ -201,16 +228,10 @@ def problem(
 ) -> str | None:
     """Why the kernel cannot take (batch, heads, q_len, kv_len, head_dim) with ``config``,
     or None."""
-    q_len, kv_len = shapes[2], shapes[3]
-    block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
+    del shapes  # any lengths: partial last tiles are masked
     warps = int(config["num_warps"])
-    if warps not in (4, 8) or block_m != 16 * warps:
+    if warps not in (4, 8) or int(config["BLOCK_M"]) != 16 * warps:
         return "GLUON takes 16 query rows a warp: BLOCK_M=64 with 4 warps or 128 with 8"
-    if q_len % block_m or kv_len % block_n:
-        return (
-            f"GLUON needs q_len ({q_len}) a multiple of BLOCK_M ({block_m}) and kv_len "
-            f"({kv_len}) of BLOCK_N ({block_n}): its descriptors span every (batch, head)"
-        )
     if not contiguous:
         return "GLUON needs contiguous Q, K, V and O"
     return None
@@ -236,18 +257,21 @@ def launch_args(
     from here, so a precompiled binary is the one the launch looks up)."""
     batch, heads, q_len, kv_len, head_dim = shapes
     block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
-    grid = (q_len // block_m, batch * heads)
+    grid = (-(-q_len // block_m), batch * heads)
     args = (
         descriptor(q, batch * heads * q_len, block_m, head_dim),
         descriptor(k, batch * heads * kv_len, block_n, head_dim),
         descriptor(v, batch * heads * kv_len, block_n, head_dim),
         descriptor(out, batch * heads * q_len, block_m, head_dim),
+        out,
         LOG2E / math.sqrt(head_dim),
         q_len,
         kv_len,
     )
     kwargs = {
         "CAUSAL": bool(causal),
+        "EVEN_M": q_len % block_m == 0,
+        "EVEN_N": kv_len % block_n == 0,
         "STAGES": int(config["num_stages"]),
         "num_warps": int(config["num_warps"]),
     }
