@@ -57,6 +57,20 @@ def _load(desc, bar, smem, row, pred):
 
 
 @gluon.jit
+def _visible(keys, rows, kv_len, CAUSAL: gl.constexpr, EVEN_N: gl.constexpr):
+    # Which (row, key) pairs of a masked block count: at or before the row when causal, and
+    # within kv_len where that is no multiple of BLOCK_N (the 2-D descriptor reads a partial
+    # last block's other keys from the next (batch, head), or as zeros past the end).
+    if CAUSAL:
+        ok = gl.expand_dims(keys, 0) <= gl.expand_dims(rows, 1)
+        if not EVEN_N:
+            ok = ok & (gl.expand_dims(keys, 0) < kv_len)
+    else:
+        ok = gl.expand_dims(keys, 0) < kv_len
+    return ok
+
+
+@gluon.jit
 def _gluon_attention_fwd(
     q_desc,
     k_desc,
@@ -123,13 +137,10 @@ def _gluon_attention_fwd(
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
     rows = start_m + gl.arange(0, BLOCK_M, layout=row_s)
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    # Masked key blocks: those crossing the causal diagonal, and a last block running past
-    # kv_len (whose rows the 2-D descriptor reads from the next (batch, head), or as zeros
-    # past the tensor's end). Lengths that are multiples of the tiles compile no kv_len mask.
 
-    # Key block 0: its scores alone, then its K slot refilled. The softmax is written out
-    # here and in the loop (Gluon checks a called function's reductions without the
-    # kernel's warp count). Every row sees key 0, so the row maximum is finite from here on.
+    # Key block 0: its scores alone, then its K slot refilled. Every row sees key 0, so the
+    # row maximum is finite from here on. Masked key blocks (here and in the loop): those
+    # crossing the causal diagonal, and a last block running past kv_len.
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_bar.index(0), 0)
     s_tok = warpgroup_mma(
@@ -137,13 +148,7 @@ def _gluon_attention_fwd(
     )
     s = warpgroup_mma_wait(0, deps=(s_tok,))
     if (CAUSAL and start_m < BLOCK_N - 1) or (not EVEN_N and kv_len < BLOCK_N):
-        if CAUSAL:
-            ok = gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1)
-            if not EVEN_N:
-                ok = ok & (gl.expand_dims(cols, 0) < kv_len)
-        else:
-            ok = gl.expand_dims(cols, 0) < kv_len
-        s = gl.where(ok, s * scale_log2, float("-inf"))
+        s = gl.where(_visible(cols, rows, kv_len, CAUSAL, EVEN_N), s * scale_log2, float("-inf"))
         m_i = gl.max(s, 1)
         p = gl.exp2(s - gl.expand_dims(m_i, 1))
     else:
@@ -172,13 +177,7 @@ def _gluon_attention_fwd(
         if (CAUSAL and start_n + BLOCK_N > start_m + 1) or (
             not EVEN_N and start_n + BLOCK_N > kv_len
         ):
-            keys = start_n + cols
-            if CAUSAL:
-                ok = gl.expand_dims(keys, 0) <= gl.expand_dims(rows, 1)
-                if not EVEN_N:
-                    ok = ok & (gl.expand_dims(keys, 0) < kv_len)
-            else:
-                ok = gl.expand_dims(keys, 0) < kv_len
+            ok = _visible(start_n + cols, rows, kv_len, CAUSAL, EVEN_N)
             s = gl.where(ok, s * scale_log2, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, 1))
             p = gl.exp2(s - gl.expand_dims(m_new, 1))
