@@ -299,10 +299,9 @@ def test_the_gluon_kernel_is_refused_where_it_cannot_run() -> None:
     assert "GLUON needs TMA" in (ak.config_problem({**config, "TMA": False}) or "")
     assert "GLUON needs TMA" in (ak.config_problem({**config, "WARP_SPECIALIZE": True}) or "")
     gk = pytest.importorskip("tunehub.kernels.triton_attention_gluon")
-    assert gk.problem((1, 1, 64, 64, 64), config) is None
-    assert gk.problem((1, 1, 70, 40, 64), config) is None
-    assert "16 query rows" in (gk.problem((1, 1, 64, 64, 64), {**config, "num_warps": 8}) or "")
-    assert "contiguous" in (gk.problem((1, 1, 64, 64, 64), config, contiguous=False) or "")
+    assert gk.problem(config) is None
+    assert "16 query rows" in (gk.problem({**config, "num_warps": 8}) or "")
+    assert "contiguous" in (gk.problem(config, contiguous=False) or "")
 
 
 def test_triton_attention_and_sdpa_measure_checked_times(tmp_path: Path) -> None:

@@ -133,6 +133,20 @@ def _on(config: Config, key: str) -> bool:
     return bool(config.get(key, False))
 
 
+def _gluon_problem(config: Config) -> str | None:
+    """Why a ``GLUON`` config is outside the space (the Gluon kernel loads through TMA of its
+    own and takes 16 query rows a warp), or None; None for any other config."""
+    if not _on(config, "GLUON"):
+        return None
+    if not _on(config, "TMA") or _on(config, "WARP_SPECIALIZE"):
+        return "GLUON needs TMA on and WARP_SPECIALIZE off"
+    if int(config["num_warps"]) not in (4, 8) or int(config["BLOCK_M"]) != 16 * int(
+        config["num_warps"]
+    ):
+        return "GLUON takes 16 query rows a warp: BLOCK_M=64 with 4 warps or 128 with 8"
+    return None
+
+
 def shared_bytes(config: Config, head_dim: int, elem: int = 2) -> int:
     """Shared memory the kernel needs: Q's tile and a K and a V tile per stage; warp
     specialisation adds O's staging tile and a K/V handoff (at least 128 rows of O, measured
@@ -203,13 +217,7 @@ class TritonAttentionTemplate(Template):
             )
 
         def gluon(c: Config) -> bool:
-            # The Gluon kernel: TMA loads of its own and 16 query rows a warp.
-            return not _on(c, "GLUON") or (
-                _on(c, "TMA")
-                and not _on(c, "WARP_SPECIALIZE")
-                and int(c["num_warps"]) in (4, 8)
-                and int(c["BLOCK_M"]) == 16 * int(c["num_warps"])
-            )
+            return _gluon_problem(c) is None
 
         tma = (False, True) if capability >= 90 else (False,)
         hopper = (False, True) if capability // 10 == 9 else (False,)  # sm_90's own knobs
@@ -256,15 +264,8 @@ class TritonAttentionTemplate(Template):
                 and capability_of(target) // 10 != 9
             ):
                 why = "TMA needs sm_90 or later, WARP_SPECIALIZE and GLUON sm_90"
-            elif _on(config, "GLUON") and (
-                not _on(config, "TMA") or _on(config, "WARP_SPECIALIZE")
-            ):
-                why = "GLUON needs TMA on and WARP_SPECIALIZE off"
-            elif _on(config, "GLUON") and (
-                int(config["num_warps"]) not in (4, 8)
-                or int(config["BLOCK_M"]) != 16 * int(config["num_warps"])
-            ):
-                why = "GLUON takes 16 query rows a warp: BLOCK_M=64 with 4 warps or 128 with 8"
+            elif _gluon_problem(config):
+                why = str(_gluon_problem(config))
             elif values_per_thread(config, workload.k) > MAX_VALUES_PER_THREAD:
                 why = "the accumulator and score tile need more registers than a thread has"
             elif shared_bytes(config, workload.k) > int(

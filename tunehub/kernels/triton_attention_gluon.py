@@ -222,12 +222,9 @@ def _gluon_attention_fwd(
         gl.store(Out + offsets, out.to(dtype), mask=gl.expand_dims(o_rows < q_len, 1))
 
 
-def problem(
-    shapes: tuple[int, int, int, int, int], config: Mapping[str, Any], contiguous: bool = True
-) -> str | None:
-    """Why the kernel cannot take (batch, heads, q_len, kv_len, head_dim) with ``config``,
-    or None."""
-    del shapes  # any lengths: partial last tiles are masked
+def problem(config: Mapping[str, Any], contiguous: bool = True) -> str | None:
+    """Why the kernel cannot run ``config`` (on tensors that are ``contiguous`` or not), or
+    None; it takes any lengths."""
     warps = int(config["num_warps"])
     if warps not in (4, 8) or int(config["BLOCK_M"]) != 16 * warps:
         return "GLUON takes 16 query rows a warp: BLOCK_M=64 with 4 warps or 128 with 8"

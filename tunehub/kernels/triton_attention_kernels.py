@@ -337,8 +337,7 @@ def bind(
     num_warps, num_stages; TMA, WARP_SPECIALIZE and GLUON off unless given). Tensors are
     batch x heads x len x head_dim, last dim contiguous; with TMA each (batch, head)'s rows
     must also start and step on 16-byte multiples (``tma_problem``); GLUON (the Gluon
-    kernel, ``triton_attention_gluon``) needs contiguous tensors, lengths that are multiples
-    of the tiles, and a Hopper GPU."""
+    kernel, ``triton_attention_gluon``) needs contiguous tensors and a Hopper GPU."""
     batch, heads, q_len, head_dim = q.shape
     kv_len = k.shape[2]
     if head_dim not in (16, 32, 64, 128, 256) or k.shape[3] != head_dim:
@@ -386,7 +385,7 @@ def _bind_gluon(
 
     shapes = (*q.shape[:3], k.shape[2], q.shape[3])
     contiguous = all(t.is_contiguous() for t in (q, k, v, out))
-    problem = gk.problem(shapes, config, contiguous)
+    problem = gk.problem(config, contiguous)
     if problem:
         raise ValueError(problem)
     grid, args, kwargs = gk.launch_args(q, k, v, out, shapes, causal, config)
@@ -453,7 +452,7 @@ def precompile(
     if bool(config.get("GLUON", False)):
         from tunehub.kernels import triton_attention_gluon as gk
 
-        problem = gk.problem(shapes, config)
+        problem = gk.problem(config)
         if problem:
             raise ValueError(problem)
         kernel = gk._gluon_attention_fwd
