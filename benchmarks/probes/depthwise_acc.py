@@ -105,6 +105,84 @@ def _dw(
     _store_pixels(y, acc, img, oh, ow, rn, syn, syo, syh, syw, rows[:, None] & col_in[None, :])
 
 
+@triton.jit
+def _pick(a0, a1, a2, a3, T: tl.constexpr, v):
+    # a_T += v for a constexpr T: the strip's accumulators as named values.
+    if T == 0:
+        a0 += v
+    elif T == 1:
+        a1 += v
+    elif T == 2:
+        a2 += v
+    else:
+        a3 += v
+    return a0, a1, a2, a3
+
+
+@triton.jit
+def _dw_strip(
+    x, w, y,
+    CHANNELS, H, W, OH, OW, STRIPS_W, NSTRIPS, PH, PW,
+    sxn, sxh, sxw, swo, swh, sww, syn, syo, syh, syw,
+    KH, KW: tl.constexpr, STRIP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # Each of the tile's BLOCK_M rows is a strip of STRIP consecutive output pixels of one
+    # output row: a filter row loads the STRIP + KW - 1 input pixels the strip reaches once
+    # (converted to float32 once) and adds each into the STRIP accumulators it reaches.
+    s = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    valid = s < NSTRIPS
+    img = s // (OH * STRIPS_W)
+    r = s % (OH * STRIPS_W)
+    oh = r // STRIPS_W
+    ow0 = (r % STRIPS_W) * STRIP
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_in = rn < CHANNELS
+    base = x + (img.to(tl.int64) * sxn)[:, None] + rn[None, :]
+    w_col = w + rn * swo
+    a0 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    a1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    a2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    a3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for fh in range(KH):
+        ih = oh - PH + fh
+        h_ok = valid & (ih >= 0) & (ih < H)
+        row = base + (ih * sxh)[:, None]
+        fs = ()
+        for fw in tl.static_range(KW):
+            f = tl.load(w_col + fh * swh + fw * sww, mask=col_in, other=0.0)
+            fs = fs + (f.to(tl.float32)[None, :],)  # noqa: RUF005 (Triton builds tuples so)
+        for j in tl.static_range(STRIP + KW - 1):
+            iw = ow0 - PW + j
+            ok = h_ok & (iw >= 0) & (iw < W)
+            v = tl.load(row + (iw * sxw)[:, None], mask=ok[:, None] & col_in[None, :], other=0.0)
+            v = v.to(tl.float32)
+            for fw in tl.static_range(KW):
+                if j - fw >= 0 and j - fw < STRIP:
+                    a0, a1, a2, a3 = _pick(a0, a1, a2, a3, j - fw, v * fs[fw])
+    ok = valid[:, None] & col_in[None, :]
+    _store_pixels(y, a0, img, oh, ow0, rn, syn, syo, syh, syw, ok & (ow0 < OW)[:, None])
+    if STRIP > 1:
+        _store_pixels(y, a1, img, oh, ow0 + 1, rn, syn, syo, syh, syw, ok & (ow0 + 1 < OW)[:, None])
+    if STRIP > 2:
+        _store_pixels(y, a2, img, oh, ow0 + 2, rn, syn, syo, syh, syw, ok & (ow0 + 2 < OW)[:, None])
+        _store_pixels(y, a3, img, oh, ow0 + 3, rn, syn, syo, syh, syw, ok & (ow0 + 3 < OW)[:, None])
+
+
+def launch_strip(x, w, y, k, pad, cfg):
+    n, c, h, wd = x.shape
+    oh, ow = y.shape[2], y.shape[3]
+    bm, bn, strip = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["STRIP"]
+    strips_w = triton.cdiv(ow, strip)
+    nstrips = n * oh * strips_w
+    grid = (triton.cdiv(nstrips, bm), triton.cdiv(c, bn))
+    sx, sw, sy = x.stride(), w.stride(), y.stride()
+    args = (x, w, y, c, h, wd, oh, ow, strips_w, nstrips, pad, pad, sx[0], sx[2], sx[3],
+            sw[0], sw[2], sw[3], sy[0], sy[1], sy[2], sy[3], k)  # fmt: skip
+    kw = {"KW": k, "STRIP": strip, "BLOCK_M": bm, "BLOCK_N": bn, "num_stages": 1,
+          "num_warps": cfg["num_warps"]}  # fmt: skip
+    return grid, args, kw
+
+
 def launch(x, w, y, k, pad, cfg):
     n, c, h, wd = x.shape
     oh, ow = y.shape[2], y.shape[3]
@@ -140,6 +218,12 @@ CONFIGS = [
     for (bm, bn, nw, tw), acc16, flat in itertools.product(TILES, (False, True), (False, True))
     if not (flat and tw != 8)  # TILE_W means nothing to a flat tile: one of each
 ]
+STRIP_CONFIGS = [
+    {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "STRIP": strip, "ACC16": False,
+     "FLAT": None}
+    for bm, bn, nw, strip in itertools.product((16, 32, 64), (32, 64), (1, 2, 4, 8), (2, 4))
+    if 4 <= bm * bn // (32 * nw) <= 16
+]  # fmt: skip
 SHAPES = [  # (name, batch, channels, size, kernel, dtype)
     ("convnext-dw-56", 32, 96, 56, 7, torch.float16),
     ("convnext-dw-28", 32, 192, 28, 7, torch.float16),
@@ -200,6 +284,7 @@ def main() -> None:
     p.add_argument("--out", default="depthwise_acc.json")
     p.add_argument("--sass", action="store_true")
     p.add_argument("--shapes", default="")
+    p.add_argument("--variants", default="all", help="all, or plain: no ACC16 or FLAT rows")
     p.add_argument(
         "--profile-target",
         action="store_true",
@@ -243,11 +328,16 @@ def main() -> None:
         cudnn_err = ((cudnn().float() - ref).norm() / ref_norm).item()
         before = do_bench(cudnn, warmup=25, rep=100, return_mode="median")
         rows = []
-        for cfg in CONFIGS:
+        todo = [c for c in CONFIGS if args.variants == "all" or not (c["ACC16"] or c["FLAT"])]
+        for cfg in todo + STRIP_CONFIGS:
             y = torch.full(ref.shape, float("nan"), device=dev, dtype=dtype)
             y = y.to(memory_format=torch.channels_last)
-            grid, a, kw = launch(x, w, y, k, pad, cfg)
-            kern = _dw[grid]
+            if "STRIP" in cfg:
+                grid, a, kw = launch_strip(x, w, y, k, pad, cfg)
+                kern = _dw_strip[grid]
+            else:
+                grid, a, kw = launch(x, w, y, k, pad, cfg)
+                kern = _dw[grid]
             kern(*a, **kw)
             torch.cuda.synchronize()
             err = ((y.float() - ref).norm() / ref_norm).item()
@@ -279,16 +369,20 @@ def main() -> None:
         after = do_bench(cudnn, warmup=25, rep=100, return_mode="median")
         vendor = min(before, after)
         best = {}
-        for acc16, flat in itertools.product((False, True), (False, True)):
-            mine = [
-                r for r in rows
-                if r["config"]["ACC16"] == acc16 and r["config"].get("FLAT") == flat
-                and r["rel_err"] < (2e-3 if dtype == torch.float16 else 1.5e-2)
-            ]  # fmt: skip
-            if mine:
-                b = min(mine, key=lambda r: r["ms"])
-                key = ("acc16" if acc16 else "fp32") + ("-flat" if flat else "-box")
-                best[key] = {**b, "vs_cudnn": vendor / b["ms"]}
+        tol = 2e-3 if dtype == torch.float16 else 1.5e-2
+
+        def kind(c):
+            if c["ACC16"] is None:
+                return "triton.conv2d"
+            if "STRIP" in c:
+                return "fp32-strip"
+            return ("acc16" if c["ACC16"] else "fp32") + ("-flat" if c["FLAT"] else "-box")
+
+        for r in rows:
+            if r["rel_err"] < tol:
+                k_ = kind(r["config"])
+                if k_ not in best or r["ms"] < best[k_]["ms"]:
+                    best[k_] = {**r, "vs_cudnn": vendor / r["ms"]}
         shape = {"name": name, "batch": n, "channels": c, "size": s, "kernel": k,
                  "cudnn_ms": [before, after], "cudnn_rel_err": cudnn_err, "best": best,
                  "rows": rows}  # fmt: skip
@@ -296,9 +390,9 @@ def main() -> None:
         print(
             name, "cudnn us", [round(v * 1e3, 1) for v in (before, after)], f"err {cudnn_err:.2e}"
         )
-        for kind, b in best.items():
+        for label, b in best.items():
             print(
-                f"  {kind}: {b['ms'] * 1e3:.1f} us {b['vs_cudnn']:.3f}x",
+                f"  {label}: {b['ms'] * 1e3:.1f} us {b['vs_cudnn']:.3f}x",
                 f"err {b['rel_err']:.2e} {b['config']}",
             )
         for r in rows:
@@ -312,7 +406,8 @@ def main() -> None:
                     f"{r['ms'] * 1e3:.1f} us",
                 )
         errs = [r["rel_err"] for r in rows if r["config"]["ACC16"]]
-        print(f"  acc16 errors {min(errs):.2e}-{max(errs):.2e}")
+        if errs:
+            print(f"  acc16 errors {min(errs):.2e}-{max(errs):.2e}")
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
 
