@@ -65,6 +65,43 @@ def test_the_triton_kernel_matches_the_float64_reference(
 
 
 @pytest.mark.parametrize(
+    ("layout", "strip", "changes"),
+    [
+        # ConvNeXt-like 7x7 (a width no multiple of the strip: its last strip overhangs),
+        # strips of 2, 4 and 8 pixels; stride, dilation and uneven padding along H; two
+        # output channels per input channel; NCHW read in place and repacked.
+        ("nhwc", 4, {"kernel_h": 7, "kernel_w": 7, "pad_h": 3, "pad_w": 3, "width": 9}),
+        ("nhwc", 8, {"kernel_h": 7, "kernel_w": 7, "pad_h": 3, "pad_w": 3, "width": 13}),
+        ("nhwc", 2, {"stride_h": 2, "dilation_h": 2, "pad_h": 2, "pad_w": 1, "width": 5}),
+        ("nhwc", 4, {"out_channels": 8, "pad_w": 2, "kernel_w": 5}),
+        ("nchw", 4, {"pad_h": 1, "pad_w": 1, "batch": 2}),
+        ("nchw-repack", 2, {"out_channels": 8, "pad_h": 1, "pad_w": 1}),
+    ],
+)
+def test_the_depthwise_strip_kernel_matches_the_float64_reference(
+    layout: str, strip: int, changes: dict[str, Any]
+) -> None:
+    # STRIP: each program row is a strip of output pixels along W whose filter rows load
+    # each input pixel once and add it into every output pixel of the strip it reaches.
+    fields = {"groups": 4, "out_channels": 4, **changes}
+    w = conv(data_layout=layout.split("-")[0], dtype="float32", **fields)
+    ops = ck.operands(w, torch.device("cpu"), seed=7)
+    config = {**TILE, "TILE_W": 4, "STRIP": strip, "REPACK": layout.endswith("repack")}
+    (launch,) = [
+        x for x in ck.conv_launches(ops.x, ops.w, ops.out, w, config) if x.kernel.__name__
+        != "_to_channels_last"
+    ]  # fmt: skip
+    assert launch.kernel is ck._depthwise_strip_kernel
+    ck.bind(ops, config)()
+    check = ck.check(ops.out, ck.reference(ops), "float32")
+    assert check.ok, check.message
+    strided = conv(groups=4, out_channels=4, stride_w=2, pad_w=1, dtype="float32")
+    with pytest.raises(ValueError, match="stride_w and dilation_w 1"):
+        ops = ck.operands(strided, torch.device("cpu"), seed=7)
+        ck.bind(ops, config)
+
+
+@pytest.mark.parametrize(
     "changes",
     [{"pad_h": 1, "pad_w": 1, "batch": 2}, {"groups": 4, "out_channels": 8, "pad_w": 1}],
 )
@@ -299,6 +336,22 @@ def test_the_space_fits_the_gemm_view_and_the_device() -> None:
     assert {int(c["BLOCK_N"]) for c in points} == {8}  # channels a program, up to all
     assert {(c["BLOCK_K"], c["GROUP_M"], c["num_stages"]) for c in points} == {(16, 1, 1)}
     assert t.default_config(depthwise, H100) in points
+    # Strips of pixels along W (up to the output's width rounded up), their TILE_W pinned and
+    # their accumulators bounded; none where the W stride or dilation is not 1.
+    wide = conv(groups=32, in_channels=32, out_channels=32, width=12, dtype="float16")
+    points = t.space(wide, H100).points
+    assert {int(c["STRIP"]) for c in points} == {1, 2, 4, 8}  # 10 pixels wide
+    assert t.default_config(wide, H100)["STRIP"] == 8
+    for c in points:
+        share = int(c["BLOCK_M"]) * int(c["BLOCK_N"]) / (32 * int(c["num_warps"]))
+        if int(c["STRIP"]) > 1:
+            assert int(c["TILE_W"]) == 4 and int(c["STRIP"]) * share <= 64, c
+    narrow_w = conv(groups=4, out_channels=4, width=3, dtype="float16")  # 1 pixel wide
+    assert {int(c["STRIP"]) for c in t.space(narrow_w, H100).points} == {1, 2, 4}
+    for changes in ({"stride_w": 2}, {"dilation_w": 2, "pad_w": 2}):
+        strided = conv(groups=4, out_channels=4, dtype="float16", **changes)
+        assert {int(c["STRIP"]) for c in t.space(strided, H100).points} == {1}
+        assert t.default_config(strided, H100)["STRIP"] == 1
     narrow = conv(in_channels=4, out_channels=6, dtype="float16")  # 4 channels a tap
     assert {c["REPACK"] for c in t.space(narrow, H100).points} == {False, True}
     assert t.default_config(narrow, H100)["REPACK"] is True  # nchw read from channels-last

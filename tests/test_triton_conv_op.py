@@ -77,6 +77,12 @@ CASES = {
         dict(padding=1, groups=4),
         {**TILE, "TILE_W": 4, "REPACK": True},
     ),
+    "nhwc depthwise strips": (
+        (2, 4, 9, 11),
+        (4, 1, 7, 7),
+        dict(padding=3, groups=4),
+        {**TILE, "TILE_W": 4, "STRIP": 8},
+    ),
 }
 
 

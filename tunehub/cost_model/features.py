@@ -547,8 +547,8 @@ CONV_OWN_NAMES = (
 DEPTHWISE_NAMES = ("dw_cb_vectors", "dw_wb", "dw_accumulators", "dw_rb_share")
 BLIS_CONV_NAMES = (*BLIS_NAMES, *CONV_OWN_NAMES, "unit_fill", *DEPTHWISE_NAMES)
 TRITON_CONV_NAMES = (
-    *TRITON_NAMES, *CONV_OWN_NAMES, "repack", "dw_block_rows", "tma", "tma_useful", "tma_rows",
-    "patch_flat", "patch_rows", "k_useful", "bmm_route",
+    *TRITON_NAMES, *CONV_OWN_NAMES, "repack", "dw_block_rows", "dw_strip", "tma", "tma_useful",
+    "tma_rows", "patch_flat", "patch_rows", "k_useful", "bmm_route",
 )  # fmt: skip
 
 
@@ -629,19 +629,34 @@ def _triton_conv(
         out = _triton(view, target, configs)
         _rewave(out, out["tiles"] * float(int(workload.param("batch"))))
     else:
-        out = _triton(_conv_view(workload, cpu=False), target, configs)
+        # A depthwise strip config's program covers BLOCK_M strips of STRIP pixels.
+        pixels = [
+            Config({**c.to_dict(), "BLOCK_M": int(c["BLOCK_M"]) * int(c["STRIP"])})
+            if int(c.get("STRIP", 1)) > 1
+            else c
+            for c in configs
+        ]
+        out = _triton(_conv_view(workload, cpu=False), target, pixels)
         _rewave(out, out["tiles"] * float(workload.param("groups")))
     out["bmm_route"] = np.asarray(float(bmm), dtype=np.float64)
     out.update(_conv_own(workload))
     # NCHW read from channels-last copies made in the call (REPACK).
     out["repack"] = np.array([bool(c.get("REPACK", False)) for c in configs], dtype=np.float64)
-    # The depthwise kernel's rows a block (BLOCK_M / TILE_W; 0 for implicit-GEMM configs).
+    # The depthwise kernel's rows a block (BLOCK_M / TILE_W; 0 for implicit-GEMM configs and
+    # strips), and its strips' pixels (STRIP; 0 for blocks of rows, which load a tap's window
+    # once per pixel where a strip loads each input pixel once).
     tma = np.array([bool(c.get("TMA", False)) for c in configs], dtype=np.float64)
     direct = float(int(workload.param("groups")) == int(workload.param("in_channels")))
-    out["dw_block_rows"] = direct * np.array(
-        [int(c["BLOCK_M"]) / int(c["TILE_W"]) if "TILE_W" in c else 0.0 for c in configs],
-        dtype=np.float64,
+    strip = _knob(configs, "STRIP", 1)
+    out["dw_block_rows"] = (
+        direct
+        * np.array(
+            [int(c["BLOCK_M"]) / int(c["TILE_W"]) if "TILE_W" in c else 0.0 for c in configs],
+            dtype=np.float64,
+        )
+        * (strip == 1)
     )
+    out["dw_strip"] = direct * np.where(strip > 1, strip, 0.0)
     # The TMA kernel's box: the share of its pixels that are real output, and its pixel rows
     # (TILE_H x images; one row feeds the tensor cores from shared memory, more are reshaped
     # in registers first).
@@ -748,7 +763,8 @@ FEATURE_SETS: dict[str, FeatureSet] = {
     # 2: the depthwise path's knobs (DEPTHWISE_NAMES) and its units' fill.
     "blis.conv2d": FeatureSet("blis.conv2d", 2, BLIS_CONV_NAMES, _blis_conv, consensus=20),
     # 5: pointwise NCHW workloads on triton.bmm's configs (``bmm_route``, their GEMM's tiles).
-    "triton.conv2d": FeatureSet("triton.conv2d", 5, TRITON_CONV_NAMES, _triton_conv, consensus=1),
+    # 6: the depthwise kernel's strips (``dw_strip``).
+    "triton.conv2d": FeatureSet("triton.conv2d", 6, TRITON_CONV_NAMES, _triton_conv, consensus=1),
 }
 
 

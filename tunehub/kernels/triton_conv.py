@@ -14,18 +14,23 @@ zero-padded channels-last buffer of C rounded up to a power of two, then reads a
 taps a step as consecutive elements, whole vectors. ResNet-50's stem (3 channels, 7x7)
 is 147 deep: 784 a tap at a time, 160 flat, 7 x 32 by rows (on an H200, NHWC: 374, 166 and 94
 us; cuDNN 90 us). A depthwise workload (one input channel a group) runs the direct kernel
-instead, whose knobs are ``BLOCK_M`` (output pixels), ``BLOCK_N`` (channels, up to all of them)
-and ``num_warps``; its space holds one value of the others. A pointwise NHWC workload (1x1,
-stride 1, no padding, one group) is a plain GEMM of the tensors as stored (``pointwise_gemm``):
-it runs ``triton.gemm``'s kernels (TMA, warp-specialised, split-K) in that template's space,
-where the implicit-GEMM kernel ran ResNet-50's 1x1 at 14x14 at 0.32x cuDNN on an H200. A
-pointwise NCHW workload is a batched GEMM of the tensors as stored, each image's output the
-filters times its input (``pointwise_bmm``): where ``triton.bmm``'s persistent TMA kernel can
-run it (Hopper, 16-byte rows) it takes that template's space and kernels, whose flattened
-loop overlaps a tile's store with the next tile's loads (its output is 4x the input at
-ResNet-50's 1x1 expand, where the implicit GEMM ran 0.70x cuDNN on an H200). For NCHW
-workloads ``REPACK`` copies the input and filters into channels-last buffers in each call (their
-time counted) and runs the kernels on those, as Inductor's layout optimisation does for a graph.
+instead, whose knobs are ``BLOCK_M`` (output pixels, in rows of ``TILE_W``), ``BLOCK_N``
+(channels, up to all of them), ``num_warps`` and ``STRIP``; its space holds one value of the
+others. With ``STRIP`` > 1 (stride and dilation 1 along W) each of the BLOCK_M rows is a strip
+of that many output pixels held in registers, so a filter row loads each input pixel once for
+the whole strip instead of once per tap: tuned at 64 trials on an H200, ConvNeXt-T's NHWC 7x7
+depthwise layers ran 1.45x and 1.21x cuDNN on strips of 8, 0.89x and 0.84x before. A pointwise
+NHWC workload (1x1, stride 1, no padding, one group) is a plain GEMM of the tensors as stored
+(``pointwise_gemm``): it runs ``triton.gemm``'s kernels (TMA, warp-specialised, split-K) in
+that template's space, where the implicit-GEMM kernel ran ResNet-50's 1x1 at 14x14 at 0.32x
+cuDNN on an H200. A pointwise NCHW workload is a batched GEMM of the tensors as stored, each
+image's output the filters times its input (``pointwise_bmm``): where ``triton.bmm``'s
+persistent TMA kernel can run it (Hopper, 16-byte rows) it takes that template's space and
+kernels, whose flattened loop overlaps a tile's store with the next tile's loads (its output is
+4x the input at ResNet-50's 1x1 expand, where the implicit GEMM ran 0.70x cuDNN on an H200).
+For NCHW workloads ``REPACK`` copies the input and filters into channels-last buffers in each
+call (their time counted) and runs the kernels on those, as Inductor's layout optimisation
+does for a graph.
 
 On Hopper and newer GPUs a stride-1, one-group workload (NHWC, or NCHW repacked) may also run
 the TMA kernel (``TMA``): each filter tap's input window is one TMA box of the (N, H, W, C)
@@ -101,6 +106,11 @@ DEPTHWISE_MS = (16, 32, 64, 128, 256, 512)
 DEPTHWISE_NS = (8, 16, 32, 64, 128)
 DEPTHWISE_WARPS = (1, 2, 4, 8)
 DEPTHWISE_TILE_WS = (4, 8, 16, 32, 64)
+# Its strips (``STRIP``): 1 is a block of pixel rows; more, each row of the tile a strip of
+# that many output pixels along W, held in registers (stride and dilation 1 along W). A
+# strip's accumulators (STRIP x a thread's share of the tile) stay within STRIP_ACCUMULATORS.
+DEPTHWISE_STRIPS = (1, 2, 4, 8)
+STRIP_ACCUMULATORS = 64
 # The TMA kernel's boxes of output pixels: TILE_H rows of TILE_W (1 x 1 for the pointer-load
 # kernel's configs, whose BLOCK_M is a flat range of pixels), and the least share of a box's
 # pixels that must be real output for a box to be in the space.
@@ -144,18 +154,26 @@ SEEDS = (
     (64, 64, 32, 4, 3), (128, 32, 32, 4, 3), (64, 32, 32, 4, 2), (64, 16, 16, 2, 2),
     (32, 16, 16, 2, 1),
 )  # fmt: skip
-# The direct kernel's seed tiles (BLOCK_M, BLOCK_N, num_warps, TILE_W) per layout, the first
-# that fits the default: 32 pixels in 4 rows of 8 x 32 channels with one warp, the fastest of
-# 28-35 configs in 3 of 4 cases of ConvNeXt-T's 7x7 depthwise (56x56 and 14x14, both layouts,
-# an H200, dw_probe-h200-20261126.json; 64 x 64 with 2 warps at 14x14 NHWC), then tiles
-# wide along the contiguous dimension, the channels of NHWC or the pixels of NCHW.
+# The direct kernel's seed tiles (BLOCK_M, BLOCK_N, num_warps, TILE_W, STRIP) per layout, the
+# first that fits the default. Strips first: of 8 pixels, 16 or 32 of them x 32 or 16
+# channels on four warps, what the suite's 64 trials picked for ConvNeXt-T's 7x7 depthwise
+# layers (batch 32, an H200: 1.45x cuDNN at 56x56 NHWC, 1.21x at 14x14, 4.19x at 56x56 NCHW
+# repacked; operators-conv2d-strip-*-h200-20261127T120*.json); of 4, 32 x 32 on two warps,
+# 0.99-1.24x cuDNN on the four NHWC ones where the best blocks of rows ran 0.84-0.99x
+# (depthwise_acc-strip-h200-20261127T1153.json). Then blocks of rows: 32 pixels in 4 rows of
+# 8 x 32 channels with one warp, the fastest of 28-35 such configs in 3 of 4 of those cases
+# (56x56 and 14x14, both layouts; dw_probe-h200-20261126.json; 64 x 64 with 2 warps at 14x14
+# NHWC), then tiles wide along the contiguous dimension, the channels of NHWC or the pixels
+# of NCHW.
 DEPTHWISE_SEEDS = {
     "nhwc": (
-        (32, 32, 1, 8), (64, 64, 2, 8), (32, 32, 1, 32), (64, 32, 2, 16), (32, 128, 4, 16),
-        (128, 32, 4, 32),
+        (16, 32, 4, 4, 8), (32, 16, 4, 4, 8), (32, 32, 2, 4, 4), (32, 32, 1, 8, 1),
+        (64, 64, 2, 8, 1), (32, 32, 1, 32, 1), (64, 32, 2, 16, 1), (32, 128, 4, 16, 1),
+        (128, 32, 4, 32, 1),
     ),
     "nchw": (
-        (32, 32, 1, 8), (256, 16, 4, 32), (128, 16, 4, 32), (512, 8, 4, 64), (128, 32, 4, 16),
+        (32, 32, 1, 8, 1), (256, 16, 4, 32, 1), (128, 16, 4, 32, 1), (512, 8, 4, 64, 1),
+        (128, 32, 4, 16, 1),
     ),
 }  # fmt: skip
 
@@ -184,6 +202,13 @@ def _routed(workload: Workload, target: Target) -> tuple[Template, Workload] | N
 
 def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, 1 << max(0, math.ceil(math.log2(max(1, n)))))
+
+
+def strip_ok(workload: Workload) -> bool:
+    """Whether the depthwise kernel may take strips of pixels along W (``STRIP`` > 1): stride
+    and dilation 1 along W, where a strip's neighbours share their input pixels."""
+    d = conv_dims(workload)
+    return d["stride_w"] == 1 and d["dilation_w"] == 1
 
 
 def _repacks(workload: Workload) -> tuple[bool, ...]:
@@ -294,8 +319,9 @@ class TritonConv2dTemplate(Template):
     # (records of version 1 time other code). 3: pointwise NHWC workloads on triton.gemm's
     # kernels and space. 4: the TMA kernel (configs carry TMA, TILE_H and TILE_W). 5: the K
     # loop's order (PATCH: flat patch blocks, padded rows), a knob records of version 4 lack.
-    # 6: pointwise NCHW workloads on triton.bmm's kernels and space (on Hopper).
-    version = 6
+    # 6: pointwise NCHW workloads on triton.bmm's kernels and space (on Hopper). 7: the
+    # depthwise kernel's strips (STRIP), a knob records of version 6 lack.
+    version = 7
     device_kind = "cuda"
     baseline_template = "torch.conv2d_gpu"
     slowest_gflops = 20.0
@@ -390,12 +416,14 @@ class TritonConv2dTemplate(Template):
 
     def _depthwise_space(self, workload: Workload) -> SearchSpace:
         """The direct kernel's: a block of output pixels (BLOCK_M, in rows of TILE_W, within
-        one image), channels a program and warps (each thread's accumulators bounded);
-        BLOCK_K, GROUP_M and num_stages have one value."""
+        one image) or BLOCK_M strips of STRIP pixels (``strip_ok``; TILE_W then has one
+        value), channels a program and warps (each thread's accumulators bounded); BLOCK_K,
+        GROUP_M and num_stages have one value."""
         d = conv_dims(workload)
         cap_w = _pow2_at_least(d["ow"], 4)
         cap_h = _pow2_at_least(d["oh"], 1)
         cap_n = _pow2_at_least(d["out_channels"], 8)
+        strips = tuple(s for s in DEPTHWISE_STRIPS if s <= cap_w) if strip_ok(workload) else (1,)
         knobs = (
             Knob("BLOCK_M", DEPTHWISE_MS),
             Knob("BLOCK_N", DEPTHWISE_NS),
@@ -405,20 +433,29 @@ class TritonConv2dTemplate(Template):
             Knob("num_stages", (1,)),
             Knob("REPACK", _repacks(workload)),
             Knob("TILE_W", DEPTHWISE_TILE_WS),
+            Knob("STRIP", strips),
         )
+
+        def share(c: Config) -> float:  # a thread's share of the tile
+            return int(c["BLOCK_M"]) * int(c["BLOCK_N"]) / (32 * int(c["num_warps"]))
+
         constraints = (
             KnobConstraint(
-                ("BLOCK_M", "TILE_W"),
+                ("BLOCK_M", "TILE_W", "STRIP"),
                 lambda c: (
                     int(c["TILE_W"]) <= min(cap_w, int(c["BLOCK_M"]))
                     and int(c["BLOCK_M"]) // int(c["TILE_W"]) <= cap_h
+                    if int(c["STRIP"]) == 1
+                    else int(c["TILE_W"]) == DEPTHWISE_TILE_WS[0]
                 ),
             ),
             KnobConstraint(("BLOCK_N",), lambda c: int(c["BLOCK_N"]) <= cap_n),
             KnobConstraint(
-                ("BLOCK_M", "BLOCK_N", "num_warps"),
+                ("BLOCK_M", "BLOCK_N", "num_warps", "STRIP"),
                 lambda c: (
-                    4 <= int(c["BLOCK_M"]) * int(c["BLOCK_N"]) / (32 * int(c["num_warps"])) <= 128
+                    4 <= share(c) <= 128
+                    if int(c["STRIP"]) == 1
+                    else share(c) >= 4 and int(c["STRIP"]) * share(c) <= STRIP_ACCUMULATORS
                 ),
             ),
         )
@@ -467,8 +504,8 @@ class TritonConv2dTemplate(Template):
             if is_depthwise(workload):
                 tiles[layout] = [
                     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": w,
-                     "num_stages": 1, "TILE_W": tw}
-                    for bm, bn, w, tw in DEPTHWISE_SEEDS[layout]
+                     "num_stages": 1, "TILE_W": tw, "STRIP": strip}
+                    for bm, bn, w, tw, strip in DEPTHWISE_SEEDS[layout]
                 ]  # fmt: skip
             else:
                 tiles[layout] = [

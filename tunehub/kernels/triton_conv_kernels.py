@@ -30,6 +30,16 @@ taps, which stays in L1); for each of the filter's taps it loads the input tile 
 offset from pointers computed once and one filter value per channel, and accumulates their
 product in float32. The filter's rows are a loop, its columns unrolled: all 49 taps of a
 7x7 unrolled took 7-11 s to compile a config on an H100 and ran no faster.
+
+``_depthwise_strip_kernel`` (``STRIP`` > 1; stride and dilation 1 along W): the same direct
+convolution with each of the program's BLOCK_M rows a strip of STRIP consecutive output pixels
+of one output row (numbered over image, row and strip, so a narrow image wastes no lanes but
+its last strip's overhang). A filter row loads the STRIP + KW - 1 input pixels its strips
+reach once each, converts them to float32 once, and adds each, times the filter value, into
+every accumulator of the strip it reaches (a tuple of STRIP tiles, the pairs chosen at compile
+time): KW loads and conversions a filter row become (STRIP + KW - 1) / STRIP. The kernel
+above spends as many instructions converting as multiplying (sm_90 SASS: 224 FFMA and 280
+HADD2 a filter row for 32 x 32 pixels and channels on one warp).
 """
 
 from __future__ import annotations
@@ -235,6 +245,63 @@ def _depthwise_kernel(
 
 
 @triton.jit
+def _strip_add(accs, T: tl.constexpr, v):
+    # accs[T] += v for a constexpr T (a tuple's entries are values, not places). Triton's
+    # language has no starred expressions, hence the concatenations here and below.
+    return accs[:T] + (accs[T] + v,) + accs[T + 1 :]  # noqa: RUF005
+
+
+@triton.jit
+def _depthwise_strip_kernel(
+    x, w, y,
+    CHANNELS, H, W, OH, OW, OCG, STRIPS_W, STRIPS, SH, PH, PW, DH,
+    KH, sxn, sxc, sxh, sxw, swo, swh, sww, syn, syo, syh, syw,
+    KW: tl.constexpr, STRIP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # Each of the tile's BLOCK_M rows is a strip of STRIP consecutive output pixels of one
+    # output row (stride and dilation 1 along W), numbered over (image, row, strip): a filter
+    # row loads the STRIP + KW - 1 input pixels its strips reach once each, converts them to
+    # float32 once, and adds each into every accumulator of the strip it reaches.
+    s = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    valid = s < STRIPS
+    img = s // (OH * STRIPS_W)
+    r = s % (OH * STRIPS_W)
+    oh = r // STRIPS_W
+    ow0 = r % STRIPS_W * STRIP
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_in = rn < CHANNELS
+    ih0 = oh * SH - PH
+    iw0 = ow0 - PW
+    x_strip = (
+        x + (img.to(tl.int64) * sxn + ih0 * sxh + iw0 * sxw)[:, None] + ((rn // OCG) * sxc)[None, :]
+    )
+    w_col = w + rn * swo
+    accs = ()
+    for _ in tl.static_range(STRIP):
+        accs = accs + (tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),)  # type: ignore[assignment]  # noqa: RUF005
+    for fh in range(KH):
+        ih = ih0 + fh * DH
+        h_in = valid & (ih >= 0) & (ih < H)
+        taps = ()
+        for fw in tl.static_range(KW):
+            f = tl.load(w_col + fh * swh + fw * sww, mask=col_in, other=0.0)
+            taps = taps + (f.to(tl.float32)[None, :],)  # type: ignore[assignment]  # noqa: RUF005
+        for j in tl.static_range(STRIP + KW - 1):
+            iw = iw0 + j
+            ok = h_in & (iw >= 0) & (iw < W)
+            a = tl.load(
+                x_strip + (fh * DH * sxh + j * sxw), mask=ok[:, None] & col_in[None, :], other=0.0
+            ).to(tl.float32)
+            for fw in tl.static_range(KW):
+                if j - fw >= 0 and j - fw < STRIP:
+                    accs = _strip_add(accs, j - fw, a * taps[fw])
+    out = valid[:, None] & col_in[None, :]
+    for t in tl.static_range(STRIP):
+        ow = ow0 + t
+        _store_pixels(y, accs[t], img, oh, ow, rn, syn, syo, syh, syw, out & (ow < OW)[:, None])
+
+
+@triton.jit
 def _to_channels_last(src, dst, C, HW, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
     """dst[n, p, c] = src[n, c, p] for contiguous (N, C, H·W) ``src``: a tile read along the
     pixels and written along the channels (Triton moves it through shared memory between)."""
@@ -425,6 +492,8 @@ def conv_launches(
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
     }
+    if is_depthwise(workload) and int(config.get("STRIP", 1)) > 1:
+        return [*launches, _strip_launch(x, w, out, d, config, launch_options)]
     if is_depthwise(workload):
         sw = w.stride()
         tile_w = int(config["TILE_W"])
@@ -557,6 +626,30 @@ def _rows_launches(
         "GROUP_M": int(config["GROUP_M"]), "IEEE": x.dtype == torch.float32, **launch_options,
     }  # fmt: skip
     return [pad, Launch(_conv2d_rows_kernel, grid, args, constants)]
+
+
+def _strip_launch(
+    x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, d: dict[str, int],
+    config: dict[str, Any], launch_options: dict[str, int],
+) -> Launch:  # fmt: skip
+    """``_depthwise_strip_kernel``'s launch: BLOCK_M strips of STRIP output pixels x BLOCK_N
+    channels a program (stride and dilation 1 along W)."""
+    if d["stride_w"] != 1 or d["dilation_w"] != 1:
+        raise ValueError("a STRIP of output pixels needs stride_w and dilation_w 1")
+    strip, bm, bn = int(config["STRIP"]), int(config["BLOCK_M"]), int(config["BLOCK_N"])
+    strips_w = triton.cdiv(d["ow"], strip)
+    strips = d["batch"] * d["oh"] * strips_w
+    sw = w.stride()
+    args = (
+        x, w, out,
+        d["out_channels"], d["height"], d["width"], d["oh"], d["ow"], d["ocg"], strips_w, strips,
+        d["stride_h"], d["pad_h"], d["pad_w"], d["dilation_h"], d["kernel_h"], *x.stride(),
+        sw[0], sw[2], sw[3], *out.stride(),
+    )  # fmt: skip
+    constants = {"KW": d["kernel_w"], "STRIP": strip, "BLOCK_M": bm, "BLOCK_N": bn,
+                 **launch_options}  # fmt: skip
+    grid = (triton.cdiv(strips, bm), triton.cdiv(d["out_channels"], bn))
+    return Launch(_depthwise_strip_kernel, grid, args, constants)
 
 
 def tma_tile(block_m: int, tile_h: int, tile_w: int) -> tuple[int, int, int]:
