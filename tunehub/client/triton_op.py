@@ -43,11 +43,6 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 
 
-@lru_cache(maxsize=8)
-def _num_sms(index: int) -> int:
-    return int(torch.cuda.get_device_properties(index).multi_processor_count)
-
-
 def runs(config: dict[str, Any]) -> bool:
     """Whether the op runs this ``triton.gemm`` config."""
     return config.get("variant") in VARIANTS
@@ -61,12 +56,11 @@ def triton_gemm(
     # Looked up per call (and per trace): the tests reload the kernels under the interpreter.
     traced = importlib.import_module("tunehub.kernels.triton_gemm_traced")
     limits = importlib.import_module("tunehub.kernels.triton_gemm_limits")
+    kernels = importlib.import_module("tunehub.kernels.triton_gemm_kernels")
     cfg = json.loads(config)
     out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
-    if _interpreting() or a.device.type != "cuda":
-        num_sms = limits._INTERPRETER_NUM_SMS
-    else:
-        num_sms = _num_sms(a.device.index if a.device.index is not None else 0)
+    # The persistent variants' programs a wave, as the template's runs launch them.
+    num_sms = limits._INTERPRETER_NUM_SMS if _interpreting() else kernels.sm_count(a.device)
     launches = traced.traced_launches(
         a,
         b,

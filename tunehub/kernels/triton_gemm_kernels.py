@@ -56,6 +56,7 @@ compile a second, correct binary at launch). So one binary serves one problem sh
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import subprocess
@@ -705,11 +706,17 @@ class Launch:
 
 
 def sm_count(device: torch.device) -> int:
-    """Programs a persistent kernel launches per wave: the GPU's SMs, or under the
-    interpreter (CPU tensors) a few, so a program loops over several tiles."""
+    """Programs a persistent kernel launches per wave: the GPU's SMs (read once per GPU), or
+    under the interpreter (CPU tensors) a few, so a program loops over several tiles."""
     if device.type != "cuda":
         return _INTERPRETER_NUM_SMS
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _cuda_sm_count(index)
+
+
+@functools.lru_cache(maxsize=16)
+def _cuda_sm_count(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
 
 
 @dataclass(frozen=True)
