@@ -159,7 +159,7 @@ SEEDS = (
 # channels on four warps, what the suite's 64 trials picked for ConvNeXt-T's 7x7 depthwise
 # layers (batch 32, an H200: 1.45x cuDNN at 56x56 NHWC, 1.21x at 14x14, 4.19x at 56x56 NCHW
 # repacked; operators-conv2d-strip-*-h200-20261127T120*.json); of 4, 32 x 32 on two warps,
-# 0.99-1.24x cuDNN on the four NHWC ones where the best blocks of rows ran 0.84-0.99x
+# 0.99-1.24x cuDNN on the four NHWC ones where the best blocks of rows ran 0.82-0.99x
 # (depthwise_acc-strip-h200-20261127T1153.json). Then blocks of rows: 32 pixels in 4 rows of
 # 8 x 32 channels with one warp, the fastest of 28-35 such configs in 3 of 4 of those cases
 # (56x56 and 14x14, both layouts; dw_probe-h200-20261126.json; 64 x 64 with 2 warps at 14x14
