@@ -204,13 +204,6 @@ def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, 1 << max(0, math.ceil(math.log2(max(1, n)))))
 
 
-def strip_ok(workload: Workload) -> bool:
-    """Whether the depthwise kernel may take strips of pixels along W (``STRIP`` > 1): stride
-    and dilation 1 along W, where a strip's neighbours share their input pixels."""
-    d = conv_dims(workload)
-    return d["stride_w"] == 1 and d["dilation_w"] == 1
-
-
 def _repacks(workload: Workload) -> tuple[bool, ...]:
     """REPACK's values: an NCHW workload may be read from channels-last copies."""
     return (False,) if is_nhwc(workload) else (False, True)
@@ -416,14 +409,16 @@ class TritonConv2dTemplate(Template):
 
     def _depthwise_space(self, workload: Workload) -> SearchSpace:
         """The direct kernel's: a block of output pixels (BLOCK_M, in rows of TILE_W, within
-        one image) or BLOCK_M strips of STRIP pixels (``strip_ok``; TILE_W then has one
-        value), channels a program and warps (each thread's accumulators bounded); BLOCK_K,
-        GROUP_M and num_stages have one value."""
+        one image) or, with stride and dilation 1 along W (where a strip's neighbours share
+        their input pixels), BLOCK_M strips of STRIP pixels (TILE_W then has one value);
+        channels a program and warps (each thread's accumulators bounded); BLOCK_K, GROUP_M
+        and num_stages have one value."""
         d = conv_dims(workload)
         cap_w = _pow2_at_least(d["ow"], 4)
         cap_h = _pow2_at_least(d["oh"], 1)
         cap_n = _pow2_at_least(d["out_channels"], 8)
-        strips = tuple(s for s in DEPTHWISE_STRIPS if s <= cap_w) if strip_ok(workload) else (1,)
+        strip_ok = d["stride_w"] == 1 and d["dilation_w"] == 1
+        strips = tuple(s for s in DEPTHWISE_STRIPS if s <= cap_w) if strip_ok else (1,)
         knobs = (
             Knob("BLOCK_M", DEPTHWISE_MS),
             Knob("BLOCK_N", DEPTHWISE_NS),
