@@ -362,12 +362,17 @@ def own_convs() -> dict[str, tuple[Any, dict[str, Any] | None, tuple[int, ...]]]
     in_place = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
                 "num_stages": 3, "REPACK": False}  # fmt: skip
     flat = {**in_place, "BLOCK_M": 128, "PATCH": "flat"}
+    # v7's depthwise strips of 4 output pixels, read in place from NCHW (the default repacks).
+    strips = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 4,
+              "num_stages": 1, "REPACK": False, "TILE_W": 4, "STRIP": 4}  # fmt: skip
     small, stem = (8, 64, 28, 28), (8, 3, 56, 56)
     return {
         "nchw 3x3 repack": (Conv(), None, small),
         "nchw 3x3 in place": (Conv(), in_place, small),
         "nhwc 3x3": (Conv(nhwc=True), None, small),
         "depthwise 3x3": (Conv(groups=64, bias=False), None, small),
+        "depthwise 3x3 strips in place": (Conv(groups=64, bias=False), strips, small),
+        "nhwc depthwise 7x7": (Conv(groups=64, bias=False, nhwc=True, kernel=7), None, small),
         "nchw stem 7x7/2 rows": (Conv(channels=3, kernel=7, stride=2), None, stem),
         "nhwc stem 7x7/2 flat": (Conv(channels=3, kernel=7, stride=2, nhwc=True), flat, stem),
     }
