@@ -190,24 +190,27 @@ def case_shape(args: argparse.Namespace, model: str, case: str) -> tuple[int, in
 
 
 def gemm_workloads(args: argparse.Namespace, model: str, case: str) -> list[dict[str, Any]]:
-    """The case's GEMMs as tunehub workloads, as Inductor lowers them: x (T x K) times an
-    nn.Linear weight (a column-major K x N B), ``bias`` where the layer has one."""
+    """The case's GEMMs as tunehub workloads, as the backend plans them: x (T x K) times an
+    nn.Linear weight (a column-major K x N B), ``bias`` where the layer has one, ``bias_gelu``
+    for the MLP's first layer, whose only user is its GELU (not in training: the backward
+    needs the GEMM's own output)."""
     batch, seq = case_shape(args, model, case)
     t = batch * seq
+    training = case in ("train-fp32", "train-bf16")
     if model == "llama":
         h, mlp = args.llama_hidden, args.llama_mlp
-        shapes = [(3 * h, h, False), (h, h, False), (mlp, h, False), (h, mlp, False)]
+        shapes = [(3 * h, h, "none"), (h, h, "none"), (mlp, h, "none"), (h, mlp, "none")]
     else:
         h = args.hidden
-        shapes = [(3 * h, h, True), (h, h, True), (4 * h, h, True), (h, 4 * h, True)]
+        up = "bias" if training else "bias_gelu"
+        shapes = [(3 * h, h, "bias"), (h, h, "bias"), (4 * h, h, up), (h, 4 * h, "bias")]
         if model == "gpt2":
-            shapes.append((args.vocab, h, False))
+            shapes.append((args.vocab, h, "none"))
     dtype = {"train-fp32": "float32", "train-bf16": "bfloat16"}.get(case, args.dtype)
     return [
-        {"m": t, "n": n, "k": k, "dtype": dtype, "b_layout": "col_major",
-         "epilogue": "bias" if bias else "none"}
-        for n, k, bias in shapes
-    ]  # fmt: skip
+        {"m": t, "n": n, "k": k, "dtype": dtype, "b_layout": "col_major", "epilogue": epilogue}
+        for n, k, epilogue in shapes
+    ]
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ backend. The GPU side (the template and library candidates in generated code, th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from torch._inductor.utils import run_and_get_code  # noqa: E402
 
 from tunehub.client import inductor_gemm as ig  # noqa: E402
 from tunehub.client import set_default_client  # noqa: E402
-from tunehub.client.gemm_choice import CHOOSER, GemmChoice  # noqa: E402
+from tunehub.client.gemm_choice import CHOOSER, GemmChoice, choice_key  # noqa: E402
 from tunehub.client.torch_backend import REWRITES, gemm_site, tunehub_backend  # noqa: E402
 from tunehub.core import Config  # noqa: E402
 
@@ -187,6 +188,139 @@ def test_tunehubs_own_kernels_are_offered_only_for_measured_wins_the_op_runs() -
     assert ig.kernel_config(choice(tma), site) == tma  # host descriptors, traced as metadata
     assert ig.kernel_config(choice({**TILED, "variant": "ws"}), site) is None
     assert ig.kernel_config(None, site) is None
+
+
+def timed(config: dict[str, Any], secs: float | None) -> GemmChoice:
+    """A measured win whose kernel ran ``secs`` (the schedule's time)."""
+    return GemmChoice("triton.gemm", Config(config), "exact", detail={"median_secs": secs})
+
+
+def test_an_answer_carries_its_kernels_time_confirmed_where_confirmed() -> None:
+    from tunehub.client.gemm_choice import _from_answer
+    from tunehub.client.schedules import ScheduleAnswer
+
+    def answer(**schedule: Any) -> ScheduleAnswer:
+        return ScheduleAnswer(config=TILED, template="triton.gemm", source="exact",
+                              use_library=False, workload=(), target="t",
+                              schedule=schedule)  # fmt: skip
+
+    confirmed = answer(median_secs=2e-5, confirmed_median_secs=3e-5)
+    assert _from_answer(confirmed, "triton.gemm").detail["median_secs"] == 3e-5
+    assert _from_answer(answer(median_secs=2e-5), "triton.gemm").detail["median_secs"] == 2e-5
+    service = {"config": TILED, "source": "exact", "median_secs": 4e-5}  # the API's JSON
+    assert _from_answer(service, "triton.gemm").detail["median_secs"] == 4e-5
+
+
+def test_plain_launch_takes_a_kernel_only_where_it_was_measured_to_hide_its_launch() -> None:
+    site = ig.GemmSite("mm", 4096, 3072, 768, "float16", "row_major", "col_major")
+    tma = {**TILED, "variant": "tma"}
+    long_enough = ig.PLAIN_LAUNCH_MIN_SECS
+    assert ig.kernel_config(timed(tma, long_enough), site, graphs=False) == tma
+    assert ig.kernel_config(timed(tma, long_enough * 0.9), site, graphs=False) is None
+    assert ig.kernel_config(timed(tma, None), site, graphs=False) is None  # no time: not known
+    # Replayed as CUDA graphs, the launch costs nothing per step: any measured win.
+    assert ig.kernel_config(timed(tma, long_enough * 0.1), site) == tma
+    assert ig.kernel_config(timed(TILED, 1.0), site, graphs=False) is None  # the template's
+
+
+def test_an_activation_after_an_addmm_is_in_its_measured_workload_not_in_its_key() -> None:
+    plain = ig.GemmSite("addmm", 64, 96, 48, "float16", "row_major", "col_major")
+    gelu = dataclasses.replace(plain, activation="gelu")
+    relu = dataclasses.replace(plain, activation="relu")
+    assert (plain.epilogue, gelu.epilogue, relu.epilogue) == ("bias", "bias_gelu", "bias_relu")
+    assert gelu.workload(False).epilogue == "bias_gelu"
+    # Inductor's lowering sees the addmm only: one key for all three.
+    assert plain.key == gelu.key == relu.key
+
+
+def test_sites_of_one_key_answered_apart_compile_as_inductor_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plain = ig.GemmSite("addmm", 64, 96, 48, "float16", "row_major", "col_major")
+    gelu = dataclasses.replace(plain, activation="gelu")
+    answers = {plain: choice(TILED, library=True), gelu: choice(TILED)}
+    monkeypatch.setattr(ig, "lookup", lambda site, device: answers[site])
+    monkeypatch.setattr(CHOOSER, "prefetch", lambda *args, **kwargs: 0)
+    cpu = torch.device("cpu")
+    assert ig.plan_table([gelu, gelu], cpu)[gelu.key][0]["template_id"] == "template"
+    assert ig.plan_table([plain], cpu)[plain.key][0]["template_id"] == "aten"
+    # The lowering cannot tell a GELU's addmm from a plain one of that shape: neither answer.
+    (row,) = ig.plan_table([plain, gelu], cpu)[plain.key]
+    assert row["template_id"] == "inductor" and "differently" in row["why"]
+
+
+class GeluMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(40, 48)
+        self.down = torch.nn.Linear(48, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+def test_a_long_measured_kernel_runs_with_its_gelu_fused_in_plain_launch() -> None:
+    from tunehub.client.torch_backend import PLANNED, plan_cuda_gemms
+    from tunehub.client.triton import allow_tf32, device_target
+
+    torch.manual_seed(5)
+    model = GeluMLP().eval()
+    x = torch.randn(4, 9, 40)
+    target = device_target(x.device)
+    persistent = {**TILED, "variant": "persistent", "BLOCK_M": 16, "BLOCK_N": 32}
+    up = ig.GemmSite("addmm", 36, 48, 40, "float32", "row_major", "col_major", activation="gelu")
+    down = ig.GemmSite("addmm", 36, 32, 48, "float32", "row_major", "col_major")
+    for site, secs in ((up, 1e-3), (down, ig.PLAIN_LAUNCH_MIN_SECS / 4)):
+        key = choice_key(site.workload(allow_tf32("float32", "cpu")), target, "triton.gemm")
+        CHOOSER._answers[key] = timed(persistent, secs)
+
+    def planned(kernels: str) -> tuple[torch.Tensor, list[Any]]:
+        graphs: list[torch.fx.GraphModule] = []
+
+        def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+            plan_cuda_gemms(gm, kernels=kernels, devices=("cpu",))
+            graphs.append(gm)
+            return gm.forward  # the rewritten graph, run as is (the kernels interpreted)
+
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, backend=backend)(x)
+        return out, [n.target for n in graphs[0].graph.nodes]
+
+    with torch.no_grad():
+        expected = model(x)
+    op = torch.ops.tunehub.triton_gemm.default
+    out, targets = planned("long")  # plain launch: no CUDA graphs
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    # The up projection and its GELU became one kernel call; the short down projection did
+    # not (it stays Inductor's).
+    assert targets.count(op) == 1 and F.gelu not in targets
+    assert PLANNED[up.key] == "kernel" and PLANNED[down.key] == "inductor"
+    out, targets = planned("all")  # replayed as CUDA graphs: every measured win
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert targets.count(op) == 2 and F.gelu not in targets
+    out, targets = planned("none")  # options={"tunehub_kernels": False}
+    assert op not in targets and F.gelu in targets
+    with pytest.raises(ValueError, match="kernels must be one of all, long, none"):
+        plan_cuda_gemms(torch.fx.symbolic_trace(model), kernels="some")
+
+
+def test_a_training_graph_measures_and_keeps_the_gemm_apart_from_its_activation() -> None:
+    model = GeluMLP()
+    x = torch.randn(4, 9, 40)
+    sites: list[ig.GemmSite] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        sites.extend(found[0] for n in gm.graph.nodes if (found := gemm_site(n)) is not None)
+        return gm.forward
+
+    torch.compile(model, backend=backend)(x).sum().backward()
+    assert [s.epilogue for s in sites] == ["bias", "bias"]
+    torch._dynamo.reset()
+    sites.clear()
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(x)
+    assert [s.epilogue for s in sites] == ["bias_gelu", "bias"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -277,13 +277,15 @@ def _from_answer(answer: Any, template: str) -> GemmChoice | None:
             "reason": data.get("reason", ""),
             "speedup_vs_baseline": data.get("speedup_vs_baseline"),
             "tuning_job_id": data.get("tuning_job_id"),
+            # The schedule's time (confirmed where confirmed): how long the kernel runs.
+            "median_secs": data.get("confirmed_median_secs") or data.get("median_secs"),
         },
     )
 
 
 def _answer_dict(answer: Any) -> dict[str, Any]:
     """A ``tunehub.client.ScheduleAnswer`` as a dict of the fields used here."""
-    return {
+    data = {
         name: getattr(answer, name, None)
         for name in (
             "config",
@@ -296,6 +298,10 @@ def _answer_dict(answer: Any) -> dict[str, Any]:
             "tuning_job_id",
         )
     }
+    schedule = getattr(answer, "schedule", None) or {}
+    for name in ("median_secs", "confirmed_median_secs"):
+        data[name] = schedule.get(name)
+    return data
 
 
 def _ask_service(workload: Workload, target: Target, template: str, tune: bool) -> Any:

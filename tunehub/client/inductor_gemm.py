@@ -66,7 +66,10 @@ SITES: dict[str, str] = {}
 class GemmSite:
     """One GEMM as Inductor lowers it: ``op`` (``mm``, ``addmm`` or ``bmm``), sizes, dtype and
     the layouts of A (M x K) and B (K x N), read off the strides; for ``bmm`` the ``batch`` and
-    whether one B serves every entry (``b_broadcast``: batch stride 0)."""
+    whether one B serves every entry (``b_broadcast``: batch stride 0). ``activation``
+    (``relu``, ``gelu``): an ``addmm`` whose only user applies it, as the backend's graph
+    shows (Inductor's lowering does not see it, so the key leaves it out): its measured
+    workload is the fused one (``bias_gelu``), against the library with its separate pass."""
 
     op: str
     m: int
@@ -77,6 +80,7 @@ class GemmSite:
     b_layout: str
     batch: int = 0
     b_broadcast: bool = False
+    activation: str = "none"
 
     @property
     def key(self) -> str:
@@ -88,7 +92,9 @@ class GemmSite:
 
     @property
     def epilogue(self) -> str:
-        return "bias" if self.op == "addmm" else "none"
+        if self.op != "addmm":
+            return "none"
+        return "bias" if self.activation == "none" else f"bias_{self.activation}"
 
     def workload(self, allow_tf32: bool) -> Any:
         """The workload tunehub measured for this site (raises InvalidSpec for none)."""
@@ -237,15 +243,30 @@ def decide(site: GemmSite, choice: GemmChoice | None) -> Decision:
     return Decision("template", kwargs, why="tunehub's tuned config")
 
 
-def kernel_config(choice: GemmChoice | None, site: GemmSite) -> dict[str, Any] | None:
+# Inductor's generated code launches a user-defined Triton kernel (the ops' kernels) through
+# Triton's Python launcher, which costs host time Inductor's own kernels do not (an H200: a
+# LLaMA decode step on such kernels of about 20 us ran at 0.87-0.96x of Inductor in plain
+# launch, 1.02x under CUDA graphs). Without CUDA graphs a winner goes through the op only
+# where its measured kernel runs at least this long, about 1.5x Triton's own launch of a
+# GEMM on that machine (26 us host time a call, matmul_overhead-h200-20261126T1019.json), so
+# the GPU stays busy while the host launches it.
+PLAIN_LAUNCH_MIN_SECS = 40e-6
+
+
+def kernel_config(
+    choice: GemmChoice | None, site: GemmSite, *, graphs: bool = True
+) -> dict[str, Any] | None:
     """The config to run through tunehub's own op for a site (``tunehub::triton_gemm``, or
     ``tunehub::triton_bmm`` for a bmm: its kernel in Inductor's code) given its answer: one
     measured faster than the library whose winner Inductor's template cannot express and the
-    op runs; else None."""
+    op runs; else None. Without CUDA graphs (``graphs`` false) only a winner measured to run
+    at least ``PLAIN_LAUNCH_MIN_SECS``."""
     if choice is None or choice.source not in MEASURED or choice.use_library:
         return None
     if site_template_kwargs(site, choice.config) is not None:
         return None  # Inductor's own template runs it, and fuses around it
+    if not graphs and not (choice.detail.get("median_secs") or 0.0) >= PLAIN_LAUNCH_MIN_SECS:
+        return None
     if site.op == "bmm":
         from tunehub.client.triton_bmm_op import runs
     else:
@@ -302,7 +323,16 @@ def plan_table(sites: list[GemmSite], device: Any) -> dict[str, list[dict[str, A
             CHOOSER.prefetch(workloads, target, template)
     except Exception as exc:  # the sites are looked up one by one while lowering
         log.info("tunehub: batch lookup failed: %s", exc)
-    return {site.key: decide(site, lookup(site, device)).entry() for site in sites}
+    table: dict[str, list[dict[str, Any]]] = {}
+    for site in dict.fromkeys(sites):
+        entry = decide(site, lookup(site, device)).entry()
+        if table.setdefault(site.key, entry) != entry:
+            # Two sites Inductor lowers alike (one shape, another activation after each) were
+            # answered apart: the lowering cannot tell them apart, so neither answer is taken.
+            table[site.key] = Decision(
+                "inductor", why="sites of this shape answered differently"
+            ).entry()
+    return table
 
 
 class _Handler:

@@ -23,26 +23,34 @@ under autocast, stays Inductor's). The ops look their config up per concrete sha
 run (once per shape per process, then a dict lookup), so dynamic shapes need no recompile.
 
 tunehub's own kernels that Inductor's templates cannot express (split-K, persistent, tma; the
-``tunehub::triton_gemm`` ``triton_op``) go into the graph only where its steps are replayed as
-CUDA graphs (``mode="reduce-overhead"``, or ``options={"tunehub_kernels": True}``): Inductor
+``tunehub::triton_gemm`` ``triton_op``) go into the graph where its steps are replayed as CUDA
+graphs (``mode="reduce-overhead"``, or ``options={"tunehub_kernels": True}``), and in plain
+launch only where the measured kernel runs at least ``PLAIN_LAUNCH_MIN_SECS`` (40 us; never
+with ``options={"tunehub_kernels": False}``, whose code is Inductor's own): Inductor
 launches a user-defined Triton kernel through Triton's own Python launcher, which on an H200
-cost a LLaMA decode step 0.87-0.96x of the faster Inductor in plain launch mode and gained
-1.02x under CUDA graphs (docs/compilers.md). ``bmm`` sites (``torch.bmm``, 3-D ``@``) get
-``triton.bmm``'s answer the same way: Inductor's bmm template with the tuned config where it
-runs it, the library where that measured faster, under CUDA graphs ``tunehub::triton_bmm``
-for a winner the template cannot run (the persistent TMA kernel, the batch-interleaved
-order), Inductor's own choice otherwise.
+cost a LLaMA decode step (kernels of about 20 us) 0.87-0.96x of the faster Inductor in plain
+launch mode and gained 1.02x under CUDA graphs (docs/compilers.md). A linear with a bias whose
+only user is a ReLU or an exact GELU, through which no gradient flows, is measured as that
+fused workload (``bias_gelu``: tunehub's kernel with the GELU in its epilogue against the
+library with its separate pass) and, on such a kernel, runs the activation in it. ``bmm``
+sites (``torch.bmm``, 3-D ``@``) get ``triton.bmm``'s answer the same way: Inductor's bmm
+template with the tuned config where it runs it, the library where that measured faster,
+``tunehub::triton_bmm`` (under the same rule) for a winner the template cannot run (the
+persistent TMA kernel, the batch-interleaved order), Inductor's own choice otherwise.
 
 Options (``torch.compile(..., backend="tunehub", options={...})``): ``"inductor": False`` runs
 the (CPU-rewritten) graph eagerly instead of handing it to Inductor; ``"tune": True`` asks the
 service to queue tuning for the shapes it has no schedule for (in the background; needs a write
-key in ``$TUNEHUB_API_KEY``; the compile does not wait); every other key is an Inductor config
-patch; ``mode`` is Inductor's mode (with ``"max-autotune"``, GEMMs tunehub has no answer for
-are autotuned by Inductor as that mode does; those it has an answer for are not).
+key in ``$TUNEHUB_API_KEY``; the compile does not wait); ``"tunehub_kernels"``: True puts every
+measured win on tunehub's own kernels, False none (Inductor's own code only, and its compile
+time); every other key is an Inductor config patch; ``mode`` is Inductor's mode (with
+``"max-autotune"``, GEMMs tunehub has no answer for are autotuned by Inductor as that mode
+does; those it has an answer for are not).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import operator
@@ -58,6 +66,8 @@ REWRITES: Counter[str] = Counter()
 PLANNED: dict[str, str] = {}
 
 _DTYPES = {"cpu": ("float32", "float64"), "cuda": ("float16", "bfloat16", "float32")}
+# Which GEMMs ``plan_cuda_gemms`` may put on tunehub's own kernels.
+KERNEL_ROUTES = ("all", "long", "none")
 
 
 def tunehub_backend(
@@ -84,12 +94,15 @@ def tunehub_backend(
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
-    kernels = options.pop("tunehub_kernels", None)
+    own = options.pop("tunehub_kernels", None)
     patches = {**(list_mode_options(mode) if mode and mode != "default" else {}), **options}
-    if kernels is None:
-        kernels = bool(patches.get("triton.cudagraphs"))
-    table = plan_cuda_gemms(gm, kernels=bool(kernels))
-    if kernels:
+    graphs = bool(patches.get("triton.cudagraphs"))
+    # tunehub's own kernels: every measured win where steps replay as CUDA graphs (or asked
+    # for), none when turned off (Inductor's own code only, and its compile time), else the
+    # GEMMs whose kernels run long enough to hide their launch.
+    kernels = "none" if own is False else "all" if own or graphs else "long"
+    table = plan_cuda_gemms(gm, kernels=kernels)
+    if kernels == "all":
         plan_convs(gm)
         plan_attention(gm)
     if "kernel" in PLANNED.values():
@@ -134,19 +147,27 @@ def _inductor_autotunes() -> bool:
     return bool(config.max_autotune or config.max_autotune_gemm)
 
 
-def plan_cuda_gemms(gm: Any, *, kernels: bool = False) -> dict[str, list[dict[str, Any]]]:
+def plan_cuda_gemms(
+    gm: Any, *, kernels: str = "long", devices: tuple[str, ...] = ("cuda",)
+) -> dict[str, list[dict[str, Any]]]:
     """tunehub's plan for the CUDA GEMMs of ``gm``, looked up in one batch: Inductor's
     ``mm``/``addmm`` sites (from the graph's static shapes) and what its lowering should offer
-    for each (the returned table; empty when the graph has none). With ``kernels``, a GEMM
-    whose measured winner is one of tunehub's own kernels (split-K, persistent, ...) and
-    through which no gradient flows is rewritten in place into ``tunehub::triton_gemm`` with
-    that config."""
+    for each (the returned table; empty when the graph has none). A GEMM whose measured
+    winner is one of tunehub's own kernels (split-K, persistent, ...) and through which no
+    gradient flows is rewritten in place into ``tunehub::triton_gemm`` with that config (its
+    ReLU or GELU, where the site's answer measured it fused, in the kernel's epilogue):
+    ``kernels`` ``all`` (steps replayed as CUDA graphs) every such GEMM, ``long`` those whose
+    kernel was measured to run long enough to hide its launch (``PLAIN_LAUNCH_MIN_SECS``),
+    ``none`` none. (``devices``: the tests plan CPU graphs, whose kernels run under
+    ``TRITON_INTERPRET=1``.)"""
+    if kernels not in KERNEL_ROUTES:
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_ROUTES)}, not {kernels!r}")
     from tunehub.client.inductor_gemm import kernel_config, lookup, plan_table
 
     found = []
     for node in gm.graph.nodes:
         site = gemm_site(node)
-        if site is not None and site[1].type == "cuda":
+        if site is not None and site[1].type in devices:
             found.append((node, *site))
     PLANNED.clear()
     if not found:
@@ -154,15 +175,15 @@ def plan_cuda_gemms(gm: Any, *, kernels: bool = False) -> dict[str, list[dict[st
     table = plan_table([site for _, site, _ in found], found[0][2])
     PLANNED.update({key: rows[0]["template_id"] for key, rows in table.items()})
     rewritten = 0
-    for node, site, device in found if kernels else ():
+    for node, site, device in found if kernels != "none" else ():
         if getattr(_meta(node), "requires_grad", True):
             continue  # a training graph: Inductor differentiates its own GEMMs
-        config = kernel_config(lookup(site, device), site)
+        config = kernel_config(lookup(site, device), site, graphs=kernels == "all")
         if config is not None:
             if site.op == "bmm":
                 _to_triton_bmm(gm.graph, node, config)
             else:
-                _to_triton_op(gm.graph, node, site.epilogue, config)
+                _to_triton_op(gm.graph, node, site, config)
             PLANNED[site.key] = "kernel"
             rewritten += 1
     if rewritten:
@@ -365,14 +386,17 @@ def plan_own_kernels(
     return rewritten
 
 
-def _to_triton_op(graph: Any, node: Any, epilogue: str, config: dict[str, Any]) -> None:
-    """Replace a linear/mm/addmm node with ``tunehub::triton_gemm`` running ``config``."""
+def _to_triton_op(graph: Any, node: Any, site: Any, config: dict[str, Any]) -> None:
+    """Replace a linear/mm/addmm node (and the activation after it where the site names one)
+    with ``tunehub::triton_gemm`` running ``config`` with the site's epilogue."""
     import torch
     import torch.nn.functional as F
 
     from tunehub.client.triton_op import config_json
 
     op = torch.ops.tunehub.triton_gemm.default
+    epilogue = site.epilogue
+    end = _fuse_activation(graph, node)[0] if site.activation != "none" else node
     with graph.inserting_before(node):
         if node.target is F.linear or node.target is torch._C._nn.linear:
             x, weight, *rest = (*node.args, None)[:3]
@@ -389,8 +413,10 @@ def _to_triton_op(graph: Any, node: Any, epilogue: str, config: dict[str, Any]) 
             else:
                 (a, b), bias = node.args[:2], None
             new = graph.call_function(op, (a, b, bias, epilogue, config_json(config)))
-    new.meta.update(node.meta)
-    node.replace_all_uses_with(new)
+    new.meta.update(end.meta)
+    end.replace_all_uses_with(new)
+    if end is not node:
+        graph.erase_node(end)
     graph.erase_node(node)
 
 
@@ -438,7 +464,7 @@ def gemm_site(node: Any) -> tuple[Any, Any] | None:
             ((m, k), (k, n)),
             ((k, 1), (wv.stride(1), wv.stride(0))),
         )
-        return (site, xv.device) if site is not None else None
+        return (_with_activation(site, node), xv.device) if site is not None else None
     if target is torch.bmm or (
         target in (torch.matmul, operator.matmul) and _supported(*node.args[:2], dims=(3, 3))
     ):
@@ -473,7 +499,17 @@ def gemm_site(node: Any) -> tuple[Any, Any] | None:
         (tuple(av.shape), tuple(bv.shape)),
         (tuple(av.stride()), tuple(bv.stride())),
     )
-    return (site, av.device) if site is not None else None
+    return (_with_activation(site, node), av.device) if site is not None else None
+
+
+def _with_activation(site: Any, node: Any) -> Any:
+    """``site`` naming the ReLU or GELU that is its node's only user, for an ``addmm``
+    through which no gradient flows (a training graph keeps the GEMM's own output for the
+    backward, so the activation cannot go into its epilogue)."""
+    if site.op != "addmm" or getattr(_meta(node), "requires_grad", True):
+        return site
+    activation = _fuse_activation(node.graph, node)[1]
+    return dataclasses.replace(site, activation=activation) if activation != "none" else site
 
 
 def _meta(node: Any) -> Any:
