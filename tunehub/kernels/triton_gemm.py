@@ -411,7 +411,7 @@ class TritonGemmTemplate(Template):
             yield c("tma", 192, 128, 64, 4, 4)
             yield c("tiled", 192, 128, 64, 4, 4)
         yield c("tma", 128, 256, wide_k, 8, 3, group=16)
-        # Flattened (one loop over tiles and K): the fastest of 16 configs on GPT-2's and
+        # Flattened (one loop over tiles and K): the fastest of 17 configs on GPT-2's and
         # ViT-B's MLP up (4096 and 12608 x 3072 x 768 fp16) with the GELU fused, 1.03x and
         # 1.09x of cuBLAS with its separate pass, and with the bias alone at 4096 rows (an
         # H200; benchmarks/results/gelu_variants-h200-20261127T1316.json).
