@@ -245,7 +245,7 @@ def decide(site: GemmSite, choice: GemmChoice | None) -> Decision:
 
 # Inductor's generated code launches a user-defined Triton kernel (the ops' kernels) through
 # Triton's Python launcher, which costs host time Inductor's own kernels do not (an H200: a
-# LLaMA decode step on such kernels of about 20 us ran at 0.87-0.96x of Inductor in plain
+# LLaMA decode step on such a kernel of 34 us ran at 0.87-0.96x of Inductor in plain
 # launch, 1.02x under CUDA graphs). Without CUDA graphs a winner goes through the op only
 # where its measured kernel runs at least this long, about 1.5x Triton's own launch of a
 # GEMM on that machine (26 us host time a call, matmul_overhead-h200-20261126T1019.json), so

@@ -28,7 +28,7 @@ graphs (``mode="reduce-overhead"``, or ``options={"tunehub_kernels": True}``), a
 launch only where the measured kernel runs at least ``PLAIN_LAUNCH_MIN_SECS`` (40 us; never
 with ``options={"tunehub_kernels": False}``, whose code is Inductor's own): Inductor
 launches a user-defined Triton kernel through Triton's own Python launcher, which on an H200
-cost a LLaMA decode step (kernels of about 20 us) 0.87-0.96x of the faster Inductor in plain
+cost a LLaMA decode step (its kernel of 34 us) 0.87-0.96x of the faster Inductor in plain
 launch mode and gained 1.02x under CUDA graphs (docs/compilers.md). A linear with a bias whose
 only user is a ReLU or an exact GELU, through which no gradient flows, is measured as that
 fused workload (``bias_gelu``: tunehub's kernel with the GELU in its epilogue against the
