@@ -264,8 +264,8 @@ class TritonAttentionTemplate(Template):
                 and capability_of(target) // 10 != 9
             ):
                 why = "TMA needs sm_90 or later, WARP_SPECIALIZE and GLUON sm_90"
-            elif _gluon_problem(config):
-                why = str(_gluon_problem(config))
+            elif gluon_problem := _gluon_problem(config):
+                why = gluon_problem
             elif values_per_thread(config, workload.k) > MAX_VALUES_PER_THREAD:
                 why = "the accumulator and score tile need more registers than a thread has"
             elif shared_bytes(config, workload.k) > int(
