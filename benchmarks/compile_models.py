@@ -23,8 +23,12 @@ lookups). Plain launch: median of ``--rounds`` event-timed rounds of back-to-bac
 graphs: the compiled step captured in one CUDA graph (max-autotune compiled without its own
 graphs, so all four are captured the same way). The JSON's ``summary`` holds, per (model,
 case, mode), ``tunehub_over_best_inductor`` (tunehub's speed over the faster of default and
-max-autotune; above 1: tunehub faster) and their geomean. ``COMPILE_MODELS_PROFILE=DIR``
-writes a cProfile of each worker's compile (its first call) to DIR: where compile time goes.
+max-autotune; above 1: tunehub faster) and their geomean. ``--warm`` times each compile
+again in a second fresh process that finds the caches the first left (what a user's next run
+of the same script pays: ``warm_compile_secs``, and what Inductor's caches did). Each tunehub
+run records where its compile went (``tunehub.compile_secs``: the backend's own share before
+Inductor, and Inductor's). ``COMPILE_MODELS_PROFILE=DIR`` writes a cProfile of each worker's
+compile (its first call) to DIR.
 """
 
 from __future__ import annotations
@@ -249,9 +253,11 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     elif contender in ("tunehub", "tunehub-kernels"):
         # tunehub-kernels: what mode="reduce-overhead" gives through the backend (tunehub's own
         # kernels where they measured faster and Inductor's template cannot run them).
-        options = {"tunehub_kernels": True} if contender == "tunehub-kernels" else None
+        options = dict(spec.get("tunehub_options") or {})
+        if contender == "tunehub-kernels":
+            options["tunehub_kernels"] = True
         compiled = torch.compile(
-            model, backend=_tunehub_backend(), dynamic=spec["dynamic"], options=options
+            model, backend=_tunehub_backend(), dynamic=spec["dynamic"], options=options or None
         )
     else:
         mode = None if contender == "default" else "max-autotune-no-cudagraphs"
@@ -333,12 +339,23 @@ def _kernel_counts(code: str) -> dict[str, int]:
 
 
 def _with_kernels(result: dict[str, Any], contender: str) -> dict[str, Any]:
+    if contender != "eager":
+        from torch._dynamo.utils import counters
+
+        # Inductor's FX graph cache and AOTAutograd's cache: hits, misses and bypasses.
+        result["caches"] = {
+            name: value
+            for group in ("inductor", "aot_autograd")
+            for name, value in counters[group].items()
+            if "cache" in name
+        }
     if contender.startswith("tunehub"):
         from tunehub.client.gemm_choice import CALLS, CHOOSER
         from tunehub.client.inductor_gemm import DECISIONS
-        from tunehub.client.torch_backend import PLANNED, REWRITES
+        from tunehub.client.torch_backend import COMPILE_SECS, PLANNED, REWRITES
 
         result["tunehub"] = {
+            "compile_secs": dict(COMPILE_SECS),
             "planned": dict(PLANNED),
             "lowered": dict(DECISIONS),
             "cpu_rewrites": dict(REWRITES),
@@ -420,27 +437,47 @@ def _time_graph(step: Any, x: Any, spec: dict[str, Any]) -> float:
     return statistics.median(times)
 
 
-def run_worker(spec: dict[str, Any], env: dict[str, str], timeout: float) -> dict[str, Any]:
+def run_worker(
+    spec: dict[str, Any], env: dict[str, str], timeout: float, *, warm: bool = False
+) -> dict[str, Any]:
+    """One (case, contender) in a fresh process with cold caches; with ``warm``, then again in
+    a second fresh process with the caches the first left (its compile time as
+    ``warm_compile_secs``, what its caches did as ``warm_caches``)."""
     with tempfile.TemporaryDirectory(prefix="compile-models-") as tmp:
-        environment = {
-            **os.environ,
-            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            # Cold caches: every compile time is a first compile.
-            "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor"),
-            "TRITON_CACHE_DIR": str(Path(tmp) / "triton"),
-            "TUNEHUB_CACHE_DIR": str(Path(tmp) / "tunehub"),
-            **env,
-        }
-        try:
-            done = subprocess.run(
-                [sys.executable, __file__, "--worker", json.dumps(spec)],
-                env=environment,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            return {**spec, "error": f"timed out after {timeout:.0f} s"}
+        result = _run_in(tmp, spec, env, timeout)
+        if warm and "error" not in result:
+            again = _run_in(tmp, spec, env, timeout)
+            if "error" in again:
+                result["warm_error"] = again["error"]
+            else:
+                result["warm_compile_secs"] = again["compile_secs"]
+                result["warm_caches"] = again.get("caches")
+                if "tunehub" in again:
+                    result["warm_tunehub_compile_secs"] = again["tunehub"]["compile_secs"]
+        return result
+
+
+def _run_in(tmp: str, spec: dict[str, Any], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """One worker process whose caches live under ``tmp``."""
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        # Caches of its own: the first process in it compiles cold.
+        "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor"),
+        "TRITON_CACHE_DIR": str(Path(tmp) / "triton"),
+        "TUNEHUB_CACHE_DIR": str(Path(tmp) / "tunehub"),
+        **env,
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker", json.dumps(spec)],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {**spec, "error": f"timed out after {timeout:.0f} s"}
     if done.returncode != 0:
         return {**spec, "error": done.stderr[-3000:]}
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -466,7 +503,7 @@ def _medians(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str,
     out = {}
     for key, group in groups.items():
         row = dict(group[0])
-        for field in ("launch_ms", "graph_ms", "compile_secs"):
+        for field in ("launch_ms", "graph_ms", "compile_secs", "warm_compile_secs"):
             values = [r[field] for r in group if r.get(field)]
             row[field] = statistics.median(values) if values else None
         row["repeats"] = len(group)
@@ -480,13 +517,15 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok = _medians([r for r in runs if "error" not in r])
     rows: dict[str, Any] = {}
     ratios: dict[str, list[float]] = {"best_inductor": [], "default": [], "eager": []}
-    compile_ratios = []
+    compile_ratios, warm_ratios = [], []
     for (model, case, contender), mine in ok.items():
         if contender != "tunehub":
             continue
         default = ok.get((model, case, "default"))
         if default and mine.get("compile_secs"):
             compile_ratios.append(mine["compile_secs"] / default["compile_secs"])
+        if default and mine.get("warm_compile_secs") and default.get("warm_compile_secs"):
+            warm_ratios.append(mine["warm_compile_secs"] / default["warm_compile_secs"])
         for mode, field in (("launch", "launch_ms"), ("graphs", "graph_ms")):
             if not mine.get(field):
                 continue
@@ -510,6 +549,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 ratios["eager"].append(row["tunehub_over_eager"])
             if default and default.get("compile_secs"):
                 row["compile_over_default"] = mine["compile_secs"] / default["compile_secs"]
+            if default and mine.get("warm_compile_secs") and default.get("warm_compile_secs"):
+                row["warm_compile_over_default"] = (
+                    mine["warm_compile_secs"] / default["warm_compile_secs"]
+                )
             rows[f"{model}/{case}/{mode}"] = row
     return {
         "rows": rows,
@@ -519,6 +562,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "min_tunehub_over_eager": min(ratios["eager"], default=None),
         "geomean_compile_over_default": geomean(compile_ratios),
         "max_compile_over_default": max(compile_ratios, default=None),
+        "geomean_warm_compile_over_default": geomean(warm_ratios),
     }
 
 
@@ -534,6 +578,8 @@ def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         graph = f"{r['graph_ms']:.3f}" if r.get("graph_ms") else "-"
         err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else "-"
         kernels = r.get("kernels", "")
+        if r.get("warm_compile_secs"):
+            kernels = f"warm compile {r['warm_compile_secs']:.1f} s; {kernels}"
         if "tunehub" in r:
             kernels = f"{kernels} planned {sorted(r['tunehub']['planned'].values())}"
         print(f"{label:20s} {r['contender']:13s} {r['launch_ms']:>10.3f} {graph:>9s} "
@@ -542,7 +588,8 @@ def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     for key, row in summary["rows"].items():
         parts = [f"{name} {row[name]:.3f}x" for name in
                  ("tunehub_over_best_inductor", "tunehub_kernels_over_best_inductor",
-                  "tunehub_over_default", "tunehub_over_eager", "compile_over_default")
+                  "tunehub_over_default", "tunehub_over_eager", "compile_over_default",
+                  "warm_compile_over_default")
                  if name in row]  # fmt: skip
         print(f"{key:28s} " + ", ".join(parts))
     print(
@@ -614,6 +661,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1,
                         help="fresh processes per (case, contender), in turn (median)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600.0, help="per worker, seconds")
+    parser.add_argument("--warm", action="store_true",
+                        help="also time each compile again in a second fresh process with the "
+                             "caches the first left (a user's next run)")  # fmt: skip
+    parser.add_argument("--tunehub-options", type=json.loads, default=None, metavar="JSON",
+                        help="the tunehub contenders' backend options, e.g. "
+                             "'{\"fx_graph_cache\": true}'")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny models")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
@@ -711,13 +764,14 @@ def main() -> int:
                     "dtype": args.dtype, "dims": model_dims(args, model, case),
                     "batch": batch, "seq": seq, "dynamic": case == "dynamic",
                     "reps": args.reps, "rounds": args.rounds, "cpus": worker_cpus,
+                    "tunehub_options": args.tunehub_options,
                 }  # fmt: skip
                 if model != "llama":
                     spec["dims"].update(hidden=args.hidden, vocab=args.vocab)
                 else:
                     spec["dims"]["hidden"] = args.llama_hidden
                 print(f"... {model}/{case} {contender}", flush=True)
-                runs.append(run_worker(spec, env, args.timeout))
+                runs.append(run_worker(spec, env, args.timeout, warm=args.warm))
                 if args.out:  # what is measured so far outlives a command stopped at its limit
                     write(args.out, {**results, "runs": runs, "summary": summarize(runs)})
     results["runs"] = runs
