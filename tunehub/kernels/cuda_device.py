@@ -3,15 +3,36 @@
 from __future__ import annotations
 
 import platform
+import re
 import subprocess
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from tunehub.core import Target
 
+# The loaded kernel module's version, which nvidia-smi's driver_version reports (the two must
+# match for nvidia-smi to run at all), e.g. "NVRM version: NVIDIA UNIX Open Kernel Module for
+# x86_64  580.65.06  Release Build ..." or "... x86_64 Kernel Module  535.183.01  Sun May ...".
+_PROC_VERSION = Path("/proc/driver/nvidia/version")
+_NVRM = re.compile(r"^NVRM version:.*?Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)\s", re.MULTILINE)
+
+
+def driver_from_proc(text: str) -> str:
+    """The driver version in ``/proc/driver/nvidia/version``'s text ("" where none is)."""
+    found = _NVRM.search(text)
+    return found.group(1) if found else ""
+
 
 @lru_cache(maxsize=1)
 def _driver_version() -> str:
+    # The file first: nvidia-smi costs a compile that looks a GPU's target up about 0.2 s.
+    try:
+        driver = driver_from_proc(_PROC_VERSION.read_text())
+    except OSError:
+        driver = ""
+    if driver:
+        return driver
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
