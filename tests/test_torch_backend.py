@@ -241,3 +241,46 @@ def test_a_workload_the_template_does_not_run_gets_the_library_not_an_error() ->
         Workload(m=4, n=4, k=4, epilogue="bias_gelu"), local_cpu_target(), "blis.gemm"
     )
     assert choice.use_library and choice.source == "library-fallback"
+
+
+def test_a_compile_records_where_its_time_went() -> None:
+    from tunehub.client.torch_backend import COMPILE_SECS
+
+    layer = torch.nn.Linear(16, 8)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        torch.compile(layer, backend=tunehub_backend)(x)
+    assert set(COMPILE_SECS) == {"tunehub", "inductor"}
+    assert all(secs > 0 for secs in COMPILE_SECS.values())
+
+
+def test_a_graph_without_a_cpu_gemm_registers_no_cpu_ops(tmp_path: Path) -> None:
+    # The CPU ops' registration is paid by the compiles that put them in a graph only.
+    script = textwrap.dedent(
+        """
+        import json, torch
+        from tunehub.client.torch_backend import tunehub_backend
+        f = torch.compile(lambda x: torch.relu(x) * 2 + 1, backend=tunehub_backend)
+        f(torch.randn(8, 8))
+        registered = [name for name in ("linear", "mm", "bmm")
+                      if hasattr(torch.ops.tunehub, name)]
+        layer = torch.nn.Linear(16, 8)
+        with torch.no_grad():
+            torch.compile(layer, backend=tunehub_backend)(torch.randn(5, 16))
+        print(json.dumps({"before": registered,
+                          "after": hasattr(torch.ops.tunehub, "linear")}))
+        """
+    )
+    import os
+
+    env = {"TUNEHUB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO), "TUNEHUB_URL": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"before": [], "after": True}

@@ -54,6 +54,7 @@ import dataclasses
 import logging
 import math
 import operator
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,6 +65,9 @@ log = logging.getLogger(__name__)
 REWRITES: Counter[str] = Counter()
 # What the last compile planned for its CUDA GEMMs: site key -> "template"/"aten"/"inductor".
 PLANNED: dict[str, str] = {}
+# Where the last compile's time went: "tunehub" (the backend's imports, lookups and rewriting,
+# before Inductor) and "inductor" (Inductor's compile of the rewritten graph), in seconds.
+COMPILE_SECS: dict[str, float] = {}
 
 _DTYPES = {"cpu": ("float32", "float64"), "cuda": ("float16", "bfloat16", "float32")}
 # Which GEMMs ``plan_cuda_gemms`` may put on tunehub's own kernels.
@@ -79,10 +83,12 @@ def tunehub_backend(
 ) -> Callable[..., Any]:
     """A torch.compile backend: plan the GPU GEMMs and rewrite the CPU ones, then compile
     with Inductor."""
-    import tunehub.client.torch_ops  # noqa: F401  (registers the ops)
-
+    start = time.perf_counter()
+    COMPILE_SECS.clear()
     options = dict(options or {})
     use_inductor = bool(options.pop("inductor", True))
+    if use_inductor:
+        _prepare_inductor()
     if "tune" in options:
         from tunehub.client.gemm_choice import CHOOSER
 
@@ -90,6 +96,7 @@ def tunehub_backend(
     counts = rewrite_gemms(gm)
     log.info("tunehub backend rewrote %s", dict(counts) or "no CPU GEMM")
     if not use_inductor:
+        COMPILE_SECS["tunehub"] = time.perf_counter() - start
         return gm.forward  # type: ignore[no-any-return]
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
@@ -105,10 +112,6 @@ def tunehub_backend(
     if kernels == "all":
         plan_convs(gm)
         plan_attention(gm)
-    if "kernel" in PLANNED.values():
-        # Inductor's FX graph cache could not key a graph holding these kernels (an H200
-        # run, torch 2.11): such a graph is compiled afresh in each process.
-        patches["fx_graph_cache"] = False
     autotune_rest = (
         bool(patches.get("max_autotune") or patches.get("max_autotune_gemm"))
         or _inductor_autotunes()
@@ -128,10 +131,37 @@ def tunehub_backend(
             # handler, and would be autotuned (their planned GEMMs get the library instead).
             patches["max_autotune_gemm"] = True
         inner = with_choices(compile_fx_inner, autotune_rest=autotune_rest)
+    handed_over = time.perf_counter()
+    COMPILE_SECS["tunehub"] = handed_over - start
     compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
         gm, list(example_inputs), inner_compile=inner, config_patches=patches or None
     )
+    COMPILE_SECS["inductor"] = time.perf_counter() - handed_over
     return compiled
+
+
+def _prepare_inductor() -> None:
+    """What Inductor's own backend and compile workers do before compiling; never raises.
+
+    Its compile workers start now, as its backend starts them first thing (they take seconds
+    to come up, and kernels met before they are ready compile in this process, one by one).
+    And torch's own ptxas (where torch ships one) is named for this process before anything
+    compiles, as Inductor's workers name it: Triton keys its cache of compiled kernels by the
+    ptxas's version, and without this a tunehub kernel compiled in one run was looked up under
+    another key in the next and compiled again, 2 s of a 3.4 s cached compile (torch 2.11 on
+    an H200: CUDA 13.0's ptxas in torch, 12.8's in Triton)."""
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+
+        maybe_warm_pool()
+    except Exception as exc:  # an older or newer torch: Inductor starts them when it needs them
+        log.debug("tunehub: Inductor's compile workers not started early: %s", exc)
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+
+        _set_triton_ptxas_path()
+    except Exception as exc:
+        log.debug("tunehub: ptxas left as Triton finds it: %s", exc)
 
 
 def _has_convolution(gm: Any) -> bool:
@@ -621,7 +651,6 @@ def rewrite_gemms(gm: Any) -> Counter[str]:
     import torch
     import torch.nn.functional as F
 
-    ops = torch.ops.tunehub
     graph = gm.graph
     counts: Counter[str] = Counter()
     planned: list[tuple[str, tuple[Any, ...], str]] = []
@@ -629,7 +658,7 @@ def rewrite_gemms(gm: Any) -> Counter[str]:
         if node.op != "call_function":
             continue
         target = node.target
-        replacement: tuple[Any, tuple[Any, ...]] | None = None
+        replacement: tuple[str, tuple[Any, ...]] | None = None
         name = ""
         if target is F.linear or target is torch._C._nn.linear:
             x, weight, *rest = (*node.args, None)[:3]
@@ -637,17 +666,17 @@ def rewrite_gemms(gm: Any) -> Counter[str]:
             if _supported(x, weight, dims=(-1, 2)) and (
                 bias is None or _supported(bias, dims=(1,))
             ):
-                replacement, name = (ops.linear.default, (x, weight, bias)), "linear"
+                replacement, name = ("linear", (x, weight, bias)), "linear"
         elif target in (torch.mm, torch.matmul, operator.matmul) and not node.kwargs:
             a, b = node.args[:2]
             if _supported(a, b, dims=(2, 2)):
-                replacement, name = (ops.mm.default, (a, b, None)), "mm"
+                replacement, name = ("mm", (a, b, None)), "mm"
             elif (
                 target is not torch.mm
                 and _supported(a, b, dims=(3, 3))
                 and _meta(a).device.type == "cpu"
             ):
-                replacement, name = (ops.bmm.default, (a, b)), "bmm"
+                replacement, name = ("bmm", (a, b)), "bmm"
         elif target is torch.addmm:
             bias, a, b = node.args[:3]
             plain = all(node.kwargs.get(k, 1) == 1 for k in ("beta", "alpha"))
@@ -656,19 +685,22 @@ def rewrite_gemms(gm: Any) -> Counter[str]:
                 and set(node.kwargs) <= {"beta", "alpha"}
                 and _supported(a, b, bias, dims=(2, 2, 1))
             ):
-                replacement, name = (ops.mm.default, (a, b, bias)), "addmm"
+                replacement, name = ("mm", (a, b, bias)), "addmm"
         elif target is torch.bmm and not node.kwargs:
             a, b = node.args[:2]
             if _supported(a, b, dims=(3, 3)) and _meta(a).device.type == "cpu":
-                replacement, name = (ops.bmm.default, (a, b)), "bmm"
+                replacement, name = ("bmm", (a, b)), "bmm"
         if replacement is None:
             continue
-        op, args = replacement
+        op_name, args = replacement
         first = _meta(args[0])
         if first.device.type != "cpu" or getattr(_meta(node), "dtype", None) != first.dtype:
             # GPU GEMMs stay in the graph for Inductor (``plan_cuda_gemms``); so does a GEMM
             # whose result dtype differs from its operands' (autocast).
             continue
+        import tunehub.client.torch_ops  # noqa: F401  (registers the ops, once, where needed)
+
+        op = getattr(torch.ops.tunehub, op_name).default
         end, activation = (node, "none") if name == "bmm" else _fuse_activation(graph, node)
         if name != "bmm":
             args = (*args, activation)
