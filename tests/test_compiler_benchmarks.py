@@ -145,12 +145,13 @@ def test_compile_models_merges_a_runs_steps_into_one_summary(tmp_path: Path) -> 
         path.write_text(json.dumps({"machine": {"gpu": gpu}, "runs": runs, **extra}))
         return path
 
-    def timed(model: str, contender: str, ms: float) -> dict[str, object]:
+    def timed(model: str, contender: str, ms: float, warm: float = 0.0) -> dict[str, object]:
         return {"model": model, "case": "b1", "contender": contender, "launch_ms": ms,
-                "graph_ms": None, "compile_secs": 2.0}  # fmt: skip
+                "graph_ms": None, "compile_secs": 2.0, "warm_compile_secs": warm}  # fmt: skip
 
     tune = part("tune.json", "H200", [], lookups=[{"answer": "tuned"}], tuning_secs=9.0)
-    gpt2 = part("gpt2.json", "H200", [timed("gpt2", "default", 1.0), timed("gpt2", "tunehub", 0.8)],
+    gpt2 = part("gpt2.json", "H200",
+                [timed("gpt2", "default", 1.0, 1.0), timed("gpt2", "tunehub", 0.8, 1.2)],
                 lookups=[{"answer": "repeated"}])  # fmt: skip
     vit = part("vit.json", "H200", [timed("vit", "default", 2.0), timed("vit", "tunehub", 2.5)])
     out = tmp_path / "merged.json"
@@ -163,6 +164,10 @@ def test_compile_models_merges_a_runs_steps_into_one_summary(tmp_path: Path) -> 
     assert rows["gpt2/b1/launch"]["tunehub_over_best_inductor"] == pytest.approx(1.25)
     assert rows["vit/b1/launch"]["tunehub_over_best_inductor"] == pytest.approx(0.8)
     assert merged["summary"]["geomean_tunehub_over_best_inductor"] == pytest.approx(1.0)
+    # The second runs' compiles (--warm) where both contenders have one: gpt2's only.
+    assert rows["gpt2/b1/launch"]["warm_compile_over_default"] == pytest.approx(1.2)
+    assert "warm_compile_over_default" not in rows["vit/b1/launch"]
+    assert merged["summary"]["geomean_warm_compile_over_default"] == pytest.approx(1.2)
 
     other = part("h100.json", "H100", [timed("gpt2", "default", 1.0)])
     refused = run("compile_models.py", "--merge", str(gpt2), str(other), "--out", str(out))

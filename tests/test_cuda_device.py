@@ -27,10 +27,7 @@ ARM_MODULE = "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  550.54.1
     [
         (OPEN_MODULE, "580.65.06"),
         (PROPRIETARY_MODULE, "535.183.01"),
-        (
-            "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  550.54.15  Release\n",
-            "550.54.15",
-        ),
+        (ARM_MODULE, "550.54.15"),
         ("GCC version:  gcc version 13.3.0\n", ""),
         ("", ""),
     ],
