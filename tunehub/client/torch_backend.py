@@ -426,7 +426,7 @@ def _to_triton_op(graph: Any, node: Any, site: Any, config: dict[str, Any]) -> N
 
     op = torch.ops.tunehub.triton_gemm.default
     epilogue = site.epilogue
-    end = _fuse_activation(graph, node)[0] if site.activation != "none" else node
+    end = _fuse_activation(node)[0] if site.activation != "none" else node
     with graph.inserting_before(node):
         if node.target is F.linear or node.target is torch._C._nn.linear:
             x, weight, *rest = (*node.args, None)[:3]
@@ -538,7 +538,7 @@ def _with_activation(site: Any, node: Any) -> Any:
     backward, so the activation cannot go into its epilogue)."""
     if site.op != "addmm" or getattr(_meta(node), "requires_grad", True):
         return site
-    activation = _fuse_activation(node.graph, node)[1]
+    activation = _fuse_activation(node)[1]
     return dataclasses.replace(site, activation=activation) if activation != "none" else site
 
 
@@ -581,7 +581,7 @@ def _activation_of(node: Any) -> str | None:
     return None
 
 
-def _fuse_activation(graph: Any, node: Any) -> tuple[Any, str]:
+def _fuse_activation(node: Any) -> tuple[Any, str]:
     """The node that ends the GEMM (its activation, if that is its only user) and which."""
     users = list(node.users)
     if len(users) == 1:
@@ -701,7 +701,7 @@ def rewrite_gemms(gm: Any) -> Counter[str]:
         import tunehub.client.torch_ops  # noqa: F401  (registers the ops, once, where needed)
 
         op = getattr(torch.ops.tunehub, op_name).default
-        end, activation = (node, "none") if name == "bmm" else _fuse_activation(graph, node)
+        end, activation = (node, "none") if name == "bmm" else _fuse_activation(node)
         if name != "bmm":
             args = (*args, activation)
         with graph.inserting_after(end):

@@ -268,10 +268,10 @@ class TritonAttentionTemplate(Template):
                 why = gluon_problem
             elif values_per_thread(config, workload.k) > MAX_VALUES_PER_THREAD:
                 why = "the accumulator and score tile need more registers than a thread has"
-            elif shared_bytes(config, workload.k) > int(
+            elif (needed := shared_bytes(config, workload.k)) > int(
                 device_props(target).get("smem_per_block_bytes") or DEFAULT_SMEM
             ):
-                why = f"needs {shared_bytes(config, workload.k)} bytes of shared memory"
+                why = f"needs {needed} bytes of shared memory"
             else:
                 why = "a tile larger than the sequence, or a value not among the knob's"
         except (KeyError, TypeError, ValueError):
