@@ -3,6 +3,7 @@ nvidia-smi reports it, without starting nvidia-smi (a compile that fingerprints 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,15 @@ def test_the_driver_version_is_read_from_the_module_version_text(text: str, vers
     assert driver_from_proc(text) == version
 
 
+@pytest.fixture
+def uncached() -> Iterator[None]:
+    # The version is read once per process: each test reads it afresh, and leaves none behind.
+    cuda_device._driver_version.cache_clear()
+    yield
+    cuda_device._driver_version.cache_clear()
+
+
+@pytest.mark.usefixtures("uncached")
 def test_the_fingerprint_reads_the_file_before_asking_nvidia_smi(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -43,13 +53,10 @@ def test_the_fingerprint_reads_the_file_before_asking_nvidia_smi(
     version_file.write_text(OPEN_MODULE)
     monkeypatch.setattr(cuda_device, "_PROC_VERSION", version_file)
     monkeypatch.setattr(cuda_device.subprocess, "run", _no_subprocess)
-    cuda_device._driver_version.cache_clear()
-    try:
-        assert cuda_device._driver_version() == "580.65.06"
-    finally:
-        cuda_device._driver_version.cache_clear()
+    assert cuda_device._driver_version() == "580.65.06"
 
 
+@pytest.mark.usefixtures("uncached")
 def test_without_the_file_nvidia_smi_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -64,11 +71,7 @@ def test_without_the_file_nvidia_smi_answers(
 
     monkeypatch.setattr(cuda_device, "_PROC_VERSION", tmp_path / "absent")
     monkeypatch.setattr(cuda_device.subprocess, "run", run)
-    cuda_device._driver_version.cache_clear()
-    try:
-        assert cuda_device._driver_version() == "580.65.06"
-    finally:
-        cuda_device._driver_version.cache_clear()
+    assert cuda_device._driver_version() == "580.65.06"
     assert asked and asked[0][0] == "nvidia-smi"
 
 

@@ -217,18 +217,7 @@ def test_the_backend_is_found_by_name_through_its_entry_point(tmp_path: Path) ->
                           "err": float((out - layer(x)).abs().max())}))
         """
     )
-    env = {"TUNEHUB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
-    import os
-
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _run_fresh(script, tmp_path, str(tmp_path))
     assert result["calls"] == {"blis.gemm": 1}
     assert result["err"] < 1e-5
 
@@ -271,16 +260,21 @@ def test_a_graph_without_a_cpu_gemm_registers_no_cpu_ops(tmp_path: Path) -> None
                           "after": hasattr(torch.ops.tunehub, "linear")}))
         """
     )
+    assert _run_fresh(script, tmp_path) == {"before": [], "after": True}
+
+
+def _run_fresh(script: str, tmp_path: Path, *args: str) -> dict[str, object]:
+    """What ``script`` prints last (JSON), run in a fresh interpreter with no service."""
     import os
 
     env = {"TUNEHUB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO), "TUNEHUB_URL": ""}
     done = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", script, *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"before": [], "after": True}
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
