@@ -386,7 +386,7 @@ def own(report: dict[str, Any]) -> None:
     from torch._inductor.utils import run_and_get_code
 
     import tunehub.client.torch_ops  # noqa: F401  (registers the ops)
-    from tunehub.client.gemm_choice import CHOOSER, GemmChoice, choice_key
+    from tunehub.client.gemm_choice import CHOOSER, GemmChoice, choice_key, device_target
     from tunehub.client.torch_backend import (
         PLANNED,
         attention_site,
@@ -394,7 +394,6 @@ def own(report: dict[str, Any]) -> None:
         gemm_site,
         tunehub_backend,
     )
-    from tunehub.client.triton import device_target
     from tunehub.core import Config
     from tunehub.kernels.registry import get_template
 

@@ -82,8 +82,9 @@ def test_the_service_killed_mid_run_every_call_returns_in_time_from_cache_or_def
 FIRST_CALL = textwrap.dedent(
     """
     import json, sys, time
-    from tunehub.client.gemm_choice import CHOOSER
+    from tunehub.client.gemm_choice import CHOOSER, ready_defaults
     from tunehub.core import Workload, local_cpu_target
+    ready_defaults()  # as the CPU ops and tunehub.triton do when imported
     target = local_cpu_target()  # the integration's fingerprint, made before its lookups
     started = time.monotonic()
     choice = CHOOSER.choose(Workload(m=512, n=512, k=512, dtype="float32"), target, "blis.gemm")

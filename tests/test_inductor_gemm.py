@@ -260,8 +260,8 @@ class GeluMLP(torch.nn.Module):
 
 
 def test_a_long_measured_kernel_runs_with_its_gelu_fused_in_plain_launch() -> None:
+    from tunehub.client.gemm_choice import allow_tf32, device_target
     from tunehub.client.torch_backend import PLANNED, plan_cuda_gemms
-    from tunehub.client.triton import allow_tf32, device_target
 
     torch.manual_seed(5)
     model = GeluMLP().eval()

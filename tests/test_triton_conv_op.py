@@ -13,9 +13,13 @@ triton = pytest.importorskip("triton", reason="triton is not installed (the gpu 
 
 import torch.nn.functional as F  # noqa: E402
 
-from tunehub.client.gemm_choice import CHOOSER, GemmChoice, choice_key  # noqa: E402
+from tunehub.client.gemm_choice import (  # noqa: E402
+    CHOOSER,
+    GemmChoice,
+    choice_key,
+    device_target,
+)
 from tunehub.client.torch_backend import PLANNED, conv_site, plan_convs  # noqa: E402
-from tunehub.client.triton import device_target  # noqa: E402
 from tunehub.client.triton_conv_op import conv_workload, triton_conv2d  # noqa: E402
 from tunehub.client.triton_op import config_json  # noqa: E402
 from tunehub.core import Config  # noqa: E402

@@ -8,11 +8,13 @@ torch.compile backend) asks here, so a process looks each shape up once and afte
 dict lookup.
 
 A lookup, the first of a process included, takes no longer than the client's deadline: what
-it may need is made when this module is imported, which compiler integrations do ahead of
-their first lookup: the templates (the default configs' code, a few hundred ms of imports;
-loaded here rather than on a thread beside the first lookup, which would hold the interpreter
-lock in C for tens of ms at a time) and, on a background thread, the client and its
-connection to the service.
+it may need is made ahead of it. Importing this module starts, on a background thread, the
+client and its connection to the service. The integrations whose calls may run a template's
+default (``tunehub.triton.matmul``, the CPU ops) call ``ready_defaults`` when they are
+imported: the templates, the default configs' code, a few hundred ms of imports, loaded on the
+importing thread rather than on one beside the first lookup, which would hold the interpreter
+lock in C for tens of ms at a time. The torch.compile backend does not: it takes measured
+answers only, and a compile would pay the imports for nothing.
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunehub.client import schedules
 from tunehub.core import Config, InvalidSpec, Target, Workload
 from tunehub.core.damped import DampedLog
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 # A service that sends answers this client cannot use sends them for every shape: said once,
@@ -35,6 +41,58 @@ log = logging.getLogger(__name__)
 _unusable = DampedLog(log)
 
 URL_ENV = "TUNEHUB_URL"
+
+
+def ready_defaults() -> None:
+    """Load what a template's default config needs (the template registry) now, on this
+    thread, so that a first call falling back to a default stays within its deadline."""
+    schedules.load_templates()
+
+
+@lru_cache(maxsize=1)
+def interpreter_target() -> Target:
+    """The target lookups use under Triton's interpreter (CPU tensors, no GPU): an Ampere-like
+    device, so the template's defaults are its portable variants."""
+    import triton
+
+    return Target(
+        kind="cuda",
+        name="triton-interpreter",
+        arch=("sm_80",),
+        cores=3,
+        toolchain={"triton": triton.__version__},
+        properties={
+            "compute_capability": 80,
+            "smem_per_block_bytes": 166912,
+            "regs_per_sm": 65536,
+        },
+    )
+
+
+@lru_cache(maxsize=16)
+def _cuda_target(index: int) -> Target:
+    from tunehub.kernels.cuda_device import cuda_target
+
+    return cuda_target(index)
+
+
+def device_target(device: torch.device) -> Target:
+    """The fingerprint lookups of tunehub's Triton templates are keyed by for tensors on
+    ``device`` (CPU tensors: the interpreter's)."""
+    if device.type == "cuda":
+        import torch
+
+        return _cuda_target(
+            device.index if device.index is not None else torch.cuda.current_device()
+        )
+    return interpreter_target()
+
+
+def allow_tf32(dtype: str, device_type: str) -> bool:
+    """Whether a float32 GEMM may use TF32 here: torch's own setting, as torch.matmul reads."""
+    import torch
+
+    return dtype == "float32" and device_type == "cuda" and torch.backends.cuda.matmul.allow_tf32
 
 
 def cache_dir() -> Path:
@@ -312,9 +370,8 @@ def _ask_service(workload: Workload, target: Target, template: str, tune: bool) 
 
 
 CHOOSER = GemmChooser()
-# A compiler integration imported this: what its first lookup may need is made now.
-schedules.load_templates()
-schedules.warm_up()
+# A compiler integration imported this: its client connects ahead of the first lookup.
+schedules.warm_up(templates=False)
 # Which kernel each GEMM call of the integrations ran: "blis.gemm", "triton.gemm", or
 # "library" (torch's own). Tests and benchmarks read it.
 CALLS: Counter[str] = Counter()

@@ -279,7 +279,7 @@ def kernel_config(
 def lookup(site: GemmSite, device: Any) -> GemmChoice | None:
     """tunehub's answer for a site on ``device`` (memoised per process; never raises)."""
     try:
-        from tunehub.client.triton import allow_tf32, device_target
+        from tunehub.client.gemm_choice import allow_tf32, device_target
 
         if site.op == "bmm":
             target = device_target(device)
@@ -308,7 +308,7 @@ def plan_table(sites: list[GemmSite], device: Any) -> dict[str, list[dict[str, A
     if not sites:
         return {}
     try:
-        from tunehub.client.triton import allow_tf32, device_target
+        from tunehub.client.gemm_choice import allow_tf32, device_target
         from tunehub.core import InvalidSpec
 
         target = device_target(device)

@@ -669,11 +669,12 @@ def _import_templates() -> None:
         _templates_loaded.set()
 
 
-def warm_up() -> None:
+def warm_up(*, templates: bool = True) -> None:
     """What a first lookup may need, made on background threads now: the templates imported
-    (see ``load_templates`` for doing it on this one), the default client made and connected
-    to its service."""
-    start_templates()
+    (unless ``templates`` is false; see ``load_templates`` for doing it on this thread), the
+    default client made and connected to its service."""
+    if templates:
+        start_templates()
     threading.Thread(target=_connect_ahead, name="tunehub-warm-up", daemon=True).start()
 
 

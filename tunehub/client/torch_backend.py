@@ -366,9 +366,8 @@ def plan_own_kernels(
     rewritten. (``devices``: the tests run the ops on the CPU under ``TRITON_INTERPRET=1``.)"""
     import torch
 
-    from tunehub.client.gemm_choice import CHOOSER
+    from tunehub.client.gemm_choice import CHOOSER, device_target
     from tunehub.client.inductor_gemm import MEASURED
-    from tunehub.client.triton import device_target
     from tunehub.client.triton_op import config_json
 
     found = []

@@ -22,10 +22,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tunehub.client.gemm_choice import CALLS, CHOOSER, cache_dir
+from tunehub.client.gemm_choice import CALLS, CHOOSER, cache_dir, ready_defaults
 from tunehub.core import Config, Workload, local_cpu_target
 
 log = logging.getLogger(__name__)
+# A first call may run a template's default config: its code is loaded now, not in the call.
+ready_defaults()
 
 ACTIVATIONS = ("none", "relu", "gelu")
 CPU_DTYPES = {torch.float32: "float32", torch.float64: "float64"}

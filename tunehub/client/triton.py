@@ -29,15 +29,24 @@ from functools import lru_cache
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from tunehub.client.gemm_choice import CALLS, CHOOSER
+from tunehub.client.gemm_choice import (
+    CALLS,
+    CHOOSER,
+    allow_tf32,
+    device_target,
+    interpreter_target,
+    ready_defaults,
+)
 from tunehub.client.triton_autotune import Autotuner, autotune
-from tunehub.core import Target, Workload
+from tunehub.core import Workload
 from tunehub.kernels.triton_gemm_limits import _DESCRIPTOR_VARIANTS, bit_reproducible
 
 if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
+# A first call may run a template's default config: its code is loaded now, not in the call.
+ready_defaults()
 
 TEMPLATE = "triton.gemm"
 _DTYPES = ("float16", "bfloat16", "float32")
@@ -49,44 +58,6 @@ __all__ = ["Autotuner", "autotune", "interpreter_target", "matmul"]
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
-
-
-@lru_cache(maxsize=1)
-def interpreter_target() -> Target:
-    """The target lookups use under Triton's interpreter (CPU tensors, no GPU): an Ampere-like
-    device, so the template's defaults are its portable variants."""
-    import triton
-
-    return Target(
-        kind="cuda",
-        name="triton-interpreter",
-        arch=("sm_80",),
-        cores=3,
-        toolchain={"triton": triton.__version__},
-        properties={
-            "compute_capability": 80,
-            "smem_per_block_bytes": 166912,
-            "regs_per_sm": 65536,
-        },
-    )
-
-
-@lru_cache(maxsize=16)
-def _cuda_target(index: int) -> Target:
-    from tunehub.kernels.cuda_device import cuda_target
-
-    return cuda_target(index)
-
-
-def device_target(device: torch.device) -> Target:
-    """The fingerprint lookups are keyed by for tensors on ``device``."""
-    if device.type == "cuda":
-        import torch
-
-        return _cuda_target(
-            device.index if device.index is not None else torch.cuda.current_device()
-        )
-    return interpreter_target()
 
 
 def _kernels() -> Any:
@@ -117,13 +88,6 @@ def triton_epilogue(has_bias: bool, activation: str) -> str:
     """The triton.gemm epilogue a GEMM runs (and is looked up with); an activation without a
     bias runs the bias epilogue with a zero bias."""
     return "none" if not has_bias and activation == "none" else _EPILOGUE[activation]
-
-
-def allow_tf32(dtype: str, device_type: str) -> bool:
-    """Whether a float32 GEMM may use TF32 here: torch's own setting, as torch.matmul reads."""
-    import torch
-
-    return dtype == "float32" and device_type == "cuda" and torch.backends.cuda.matmul.allow_tf32
 
 
 def _layout(t: torch.Tensor) -> str | None:
