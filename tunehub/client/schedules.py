@@ -165,9 +165,10 @@ class ScheduleClient:
         self._down_until = 0.0
         self._backoff = 0.0
         self._last_error = ""
-        # The default tier imports the templates (a few hundred ms once): now, off the
-        # caller's path, so a first fallback does not pay for it.
-        start_templates()
+        # The default tier imports the templates (a few hundred ms once): on a thread from the
+        # first fallback (``templates_ready``), off the caller's path; or ahead of it where an
+        # integration asks (``load_templates``). Not here: a process whose lookups all find
+        # answers (a compile) would pay for them beside its work.
 
     # --- public API ------------------------------------------------------------------------
     def best(
