@@ -27,7 +27,9 @@ max-autotune; above 1: tunehub faster) and their geomean. ``--warm`` times each 
 again in a second fresh process that finds the caches the first left (what a user's next run
 of the same script pays: ``warm_compile_secs``, and what Inductor's caches did). Each tunehub
 run records where its compile went (``tunehub.compile_secs``: the backend's own share before
-Inductor, and Inductor's). ``COMPILE_MODELS_PROFILE=DIR`` writes a cProfile of each worker's
+Inductor, and Inductor's); every compiled contender records its first call's phases
+(``compile_phases``: before Inductor, in Inductor's ``compile_fx``, after it).
+``COMPILE_MODELS_PROFILE=DIR`` writes a cProfile of each worker's
 compile (its first call) to DIR.
 """
 
@@ -248,6 +250,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             torch.cuda.synchronize()
 
     torch._dynamo.reset()
+    phases = _time_inductor() if contender != "eager" else None
     if contender == "eager":
         compiled = model
     elif contender in ("tunehub", "tunehub-kernels"):
@@ -279,6 +282,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         step(x)
         sync()
         result["compile_secs"] = time.perf_counter() - start
+        result["compile_phases"] = _phases(phases, start)
         result["launch_ms"] = _time(step, x, spec, cuda)
         result["graph_ms"] = None
         result["rel_err"] = None
@@ -291,6 +295,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
                 compiled(torch.randn(spec["batch"], seq, hidden, device=device, dtype=dtype))
             sync()
             result["compile_secs"] = time.perf_counter() - start
+            result["compile_phases"] = _phases(phases, start)
             result["launch_ms"] = _time(compiled, x, spec, cuda)
             result["graph_ms"] = None
             result["rel_err"] = None
@@ -316,6 +321,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             out = compiled(x)
         sync()
         result["compile_secs"] = time.perf_counter() - start
+        result["compile_phases"] = _phases(phases, start)
         result["rel_err"] = float((out.float() - expected).norm() / expected.norm())
         result["launch_ms"] = _time(compiled, x, spec, cuda)
         result["graph_ms"] = None
@@ -325,6 +331,44 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             except Exception as exc:  # a step that cannot be captured: launch time only
                 result["graph_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     return _with_kernels(result, contender)
+
+
+def _time_inductor() -> list[tuple[float, float]]:
+    """Times each outermost call of Inductor's ``compile_fx`` (the default backend's and the
+    tunehub backend's both call it): (entered, left) by ``time.perf_counter``."""
+    import torch._inductor.compile_fx as compile_fx_module
+
+    calls: list[tuple[float, float]] = []
+    inner = compile_fx_module.compile_fx
+    depth = [0]
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        depth[0] += 1
+        entered = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+            if not depth[0]:
+                calls.append((entered, time.perf_counter()))
+
+    compile_fx_module.compile_fx = timed
+    return calls
+
+
+def _phases(calls: list[tuple[float, float]] | None, start: float) -> dict[str, float] | None:
+    """Where a first call's time went: before Inductor was handed the graph (Dynamo's trace,
+    and a backend's own work), in Inductor, and after it (the first run: kernels loaded,
+    launchers built)."""
+    if not calls:
+        return None
+    end = time.perf_counter()
+    inductor = sum(left - entered for entered, left in calls)
+    return {
+        "to_inductor": calls[0][0] - start,
+        "inductor": inductor,
+        "after_inductor": end - start - (calls[0][0] - start) - inductor,
+    }
 
 
 def _kernel_counts(code: str) -> dict[str, int]:
@@ -452,6 +496,7 @@ def run_worker(
             else:
                 result["warm_compile_secs"] = again["compile_secs"]
                 result["warm_caches"] = again.get("caches")
+                result["warm_compile_phases"] = again.get("compile_phases")
                 if "tunehub" in again:
                     result["warm_tunehub_compile_secs"] = again["tunehub"]["compile_secs"]
         return result

@@ -97,6 +97,10 @@ def test_compile_models_dry_run_times_with_the_tuned_answers(
     assert {v["source"] for v in runs["tunehub"]["tunehub"]["lookups"].values()} == {"exact"}
     assert runs["tunehub"]["rel_err"] < 1e-5 and runs["default"]["rel_err"] < 1e-5
     assert runs["default"]["kernels"]["library_mm"] > 0
+    for contender in ("default", "tunehub"):  # each compile split at Inductor's compile_fx
+        phases = runs[contender]["compile_phases"]
+        assert phases["inductor"] > 0 and phases["to_inductor"] > 0
+        assert sum(phases.values()) == pytest.approx(runs[contender]["compile_secs"], abs=0.01)
     row = result["summary"]["rows"]["llama/decode/launch"]
     assert row["tunehub_over_best_inductor"] > 0 and "compile_over_default" in row
     assert "geomean tunehub over the faster Inductor" in done.stdout
