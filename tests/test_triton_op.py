@@ -77,3 +77,53 @@ def test_a_config_the_kernels_cannot_take_is_refused_with_its_reason() -> None:
     a7, b7 = torch.randn(8, 7), torch.randn(7, 8)
     with pytest.raises(ValueError, match=r"tma: .*16"):
         triton_gemm(a7, b7, None, "none", config_json(CONFIGS["tma"]))
+
+
+def test_a_compile_analyses_each_tunehub_kernel_once_per_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inductor analyses each call site of a user-defined kernel (TTIR generated each time);
+    within ``one_analysis_per_kernel`` a tunehub kernel's analysis is made once per argument
+    signature (whichever copy of the kernel a call site holds) and handed out as copies;
+    other kernels are analysed every time, and torch's
+    function is back afterwards. (torch's analysis is replaced by a counting double: it needs
+    a GPU to generate TTIR.)"""
+    import copy
+
+    from torch._higher_order_ops import triton_kernel_wrap as wrap
+
+    from tunehub.client.triton_op import one_analysis_per_kernel
+    from tunehub.kernels import triton_gemm_kernels as kernels
+
+    calls: list[str] = []
+
+    def analyse(kernel: object, kwargs: dict[str, object], metadata: object) -> dict[str, list]:
+        calls.append(getattr(kernel, "__name__", "?"))
+        return {"writes": ["c_ptr"]}
+
+    name = next(
+        n for n in ("identify_accessed_tensors", "identify_mutated_tensors") if hasattr(wrap, n)
+    )
+    monkeypatch.setattr(wrap, name, analyse)
+
+    @triton.jit
+    def someone_elses(x_ptr):  # type: ignore[no-untyped-def]
+        pass
+
+    kernel = kernels._gemm_tma_kernel
+    half = {"a": torch.empty(4, dtype=torch.float16), "M": 64, "ACC": None}
+    with one_analysis_per_kernel():
+        analysis = getattr(wrap, name)
+        first = analysis(kernel, half, {})
+        first["writes"].append("changed by its caller")
+        analysis(copy.copy(kernel), half, {})  # another call site's copy of the kernel
+        assert analysis(kernel, dict(half, a=torch.empty(9, dtype=torch.float16)), {}) == {
+            "writes": ["c_ptr"]
+        }  # another tensor of the same dtype: the same analysis, a fresh copy
+        analysis(kernel, dict(half, a=torch.empty(4, dtype=torch.float32)), {})  # another dtype
+        analysis(kernel, dict(half, M=128), {})  # another value
+        analysis(kernel, half, {"a": ("stable", ([64, 32],))})  # another TMA block
+        analysis(someone_elses, {"x_ptr": half["a"]}, {})
+        analysis(someone_elses, {"x_ptr": half["a"]}, {})
+    assert calls == ["_gemm_tma_kernel"] * 4 + ["someone_elses"] * 2
+    assert getattr(wrap, name) is analyse

@@ -50,6 +50,7 @@ does; those it has an answer for are not).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -131,11 +132,17 @@ def tunehub_backend(
             # handler, and would be autotuned (their planned GEMMs get the library instead).
             patches["max_autotune_gemm"] = True
         inner = with_choices(compile_fx_inner, autotune_rest=autotune_rest)
+    analyses: Any = contextlib.nullcontext()
+    if "kernel" in PLANNED.values():
+        from tunehub.client.triton_op import one_analysis_per_kernel
+
+        analyses = one_analysis_per_kernel()
     handed_over = time.perf_counter()
     COMPILE_SECS["tunehub"] = handed_over - start
-    compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
-        gm, list(example_inputs), inner_compile=inner, config_patches=patches or None
-    )
+    with analyses:
+        compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
+            gm, list(example_inputs), inner_compile=inner, config_patches=patches or None
+        )
     COMPILE_SECS["inductor"] = time.perf_counter() - handed_over
     return compiled
 

@@ -24,9 +24,12 @@ torch and triton and registers the op.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -128,6 +131,81 @@ def _hopifier() -> Any:
             )
 
     return DescriptorHOPifier()
+
+
+# The functions of torch that analyse a user-defined Triton kernel's accesses (each call
+# generates the kernel's TTIR): ``identify_accessed_tensors`` (torch 2.13),
+# ``identify_mutated_tensors`` (older), all taking (kernel, kwargs, tma_descriptor_metadata).
+_ANALYSES = ("identify_accessed_tensors", "identify_mutated_tensors")
+
+
+@contextmanager
+def one_analysis_per_kernel() -> Iterator[None]:
+    """While compiling: torch's analysis of which tensors a tunehub kernel reads and writes is
+    made once per kernel and argument signature, not once per call site.
+
+    Inductor analyses every call of a user-defined Triton kernel (when it functionalises the
+    graph, and again when it lowers the call), each time generating the kernel's TTIR in this
+    process: tens of ms for a GEMM kernel, paid per site (a model's layers call one kernel
+    many times). The analysis depends only on the kernel and on what TTIR generation sees of
+    the arguments (each tensor's dtype, each other value, the TMA block shapes), which is the
+    key here with the kernel's function and source; kernels other than tunehub's are analysed
+    as torch does."""
+    try:
+        from torch._higher_order_ops import triton_kernel_wrap as wrap
+    except ImportError:
+        yield
+        return
+    originals = {name: getattr(wrap, name) for name in _ANALYSES if hasattr(wrap, name)}
+    memo: dict[tuple[Any, ...], Any] = {}
+
+    def memoised(name: str, analyse: Any) -> Any:
+        def analysis(kernel: Any, kwargs: dict[str, Any], *rest: Any) -> Any:
+            key = _analysis_key(kernel, kwargs, rest)
+            if key is None:
+                return analyse(kernel, kwargs, *rest)
+            if (name, *key) not in memo:
+                memo[(name, *key)] = analyse(kernel, kwargs, *rest)
+            return copy.deepcopy(memo[(name, *key)])  # callers own what they are given
+
+        return analysis
+
+    for name, analyse in originals.items():
+        setattr(wrap, name, memoised(name, analyse))
+    try:
+        yield
+    finally:
+        for name, analyse in originals.items():
+            setattr(wrap, name, analyse)
+
+
+def _analysis_key(kernel: Any, kwargs: dict[str, Any], rest: tuple[Any, ...]) -> Any:
+    """What TTIR generation sees of a tunehub kernel's call, hashable; None for any other
+    kernel, or an argument of a kind not known here (then torch analyses the call)."""
+    fn = getattr(kernel, "fn", None)
+    fn = getattr(fn, "fn", fn)  # an Autotuner's JITFunction's function
+    if fn is None or not getattr(fn, "__module__", "").startswith("tunehub."):
+        return None
+    import sympy
+
+    parts: list[tuple[Any, ...]] = []
+    for name, value in sorted(kwargs.items()):
+        if value is None or isinstance(value, (bool, int, float, str)):
+            parts.append((name, type(value).__name__, value))
+        elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, sympy.Expr)):
+            parts.append((name, "symbolic"))
+        elif isinstance(value, torch.Tensor):  # fake, functional or real: its dtype alone
+            parts.append((name, "tensor", str(value.dtype)))
+        elif callable(getattr(value, "get_dtype", None)):  # Inductor's IR: a TensorBox is a
+            # tensor to the analysis, another node (a view) is not
+            box = type(value).__name__ == "TensorBox"
+            parts.append((name, "tensor" if box else "node", str(value.get_dtype())))
+        else:
+            return None
+    # The function by name and source, not the kernel object: Inductor hands each call site's
+    # analysis a kernel object of its own (copies of one JITFunction).
+    source = getattr(kernel, "src", None) or getattr(getattr(kernel, "fn", None), "src", "")
+    return (fn.__module__, fn.__qualname__, source, tuple(parts), repr(rest))
 
 
 def config_json(config: dict[str, Any]) -> str:
