@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,6 +22,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def run_script(script: str, *args: str, env: dict[str, str], timeout: float = 300) -> Any:
+    """Run ``python -c script *args`` in a fresh interpreter (in the repository, with ``env``)
+    and return what it printed last, read as JSON; a non-zero exit fails the test with the
+    script's stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def tunehub_env(home: Path, **extra: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import REPO, LiveServer, tunehub_env
+from tests.live import REPO, LiveServer, run_script, tunehub_env
 from tunehub.client import ScheduleAnswer, ScheduleClient, best, set_default_client
 from tunehub.client.cache import CachedLookup, DiskCache
 from tunehub.client.schedules import templates_ready, workload_tuple
@@ -103,12 +103,7 @@ FIRST_CALL_SLACK_SECS = 0.2
 def first_call(tmp_path: Path, url: str) -> dict[str, Any]:
     env = tunehub_env(tmp_path, TUNEHUB_URL=url, TUNEHUB_CLIENT_DEADLINE_SECS="0.05",
                       TUNEHUB_CACHE_DIR=str(tmp_path / f"cache-{time.monotonic_ns()}"))  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-c", FIRST_CALL], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = run_script(FIRST_CALL, env=env, timeout=120)
     return result
 
 
@@ -157,12 +152,7 @@ BARE_CLIENT = textwrap.dedent(
 def test_a_fallback_before_the_templates_load_says_so_and_is_not_kept(tmp_path: Path) -> None:
     env = tunehub_env(tmp_path, TUNEHUB_URL="", TUNEHUB_CLIENT_DEADLINE_SECS="0.05",
                       TUNEHUB_CACHE_DIR=str(tmp_path / "cache"))  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-c", BARE_CLIENT], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_script(BARE_CLIENT, env=env, timeout=120)
     assert result["secs"] < 0.05 + FIRST_CALL_SLACK_SECS, result
     config, reason = result["first"]
     assert config or "still loading" in reason, result  # the default, or the library for now

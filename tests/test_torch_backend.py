@@ -3,9 +3,6 @@ the generated blis.gemm kernel (built with a real C compiler), the rest through 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +13,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the gpu ext
 
 import torch.nn.functional as F  # noqa: E402
 
+from tests.live import run_script  # noqa: E402
 from tunehub.client import set_default_client, torch_ops  # noqa: E402
 from tunehub.client.gemm_choice import CHOOSER  # noqa: E402
 from tunehub.client.torch_backend import REWRITES, tunehub_backend  # noqa: E402
@@ -268,13 +266,5 @@ def _run_fresh(script: str, tmp_path: Path, *args: str) -> dict[str, object]:
     import os
 
     env = {"TUNEHUB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO), "TUNEHUB_URL": ""}
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, object] = run_script(script, *args, env={**os.environ, **env})
     return result

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import torch.nn.functional as F  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import tunehub.triton as tt  # noqa: E402
-from tests.live import REPO, LiveServer, free_port  # noqa: E402
+from tests.live import REPO, LiveServer, free_port, run_script  # noqa: E402
 from tunehub.client import (  # noqa: E402
     ScheduleClient,
     set_default_client,
@@ -446,15 +445,7 @@ def test_a_second_process_gets_the_config_from_the_service_and_benchmarks_nothin
                 # A cache directory of its own: only the service can tell it the answer.
                 "TUNEHUB_CACHE_DIR": str(tmp_path / name),
             }
-            done = subprocess.run(
-                [sys.executable, "-c", PROCESS, str(kernel_dir), "1000"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert done.returncode == 0, done.stderr[-3000:]
-            result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+            result: dict[str, Any] = run_script(PROCESS, str(kernel_dir), "1000", env=env)
             return result
 
         first = process("first", api_key=server.key)

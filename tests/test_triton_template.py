@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.live import run_script
 from tests.test_local_measurer import PLUGIN_ENV
 from tunehub.core import Config, MeasureRequest, MeasureStatus, Target, Workload
 from tunehub.core.capabilities import Unsupported
@@ -280,16 +281,7 @@ def test_build_compiles_for_the_gpu_on_a_machine_without_one(tmp_path: Path) -> 
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    environment, cached, same = json.loads(out.stdout.splitlines()[-1])
+    environment, cached, same = run_script(code, str(tmp_path), env=env)
     assert environment["registers"] > 0 and environment["shared_bytes"] > 0
     assert cached is True and same is True  # the second build is a cache hit
     assert any((tmp_path / "triton").rglob("*.cubin"))
