@@ -367,7 +367,7 @@ def _phases(calls: list[tuple[float, float]] | None, start: float) -> dict[str, 
     return {
         "to_inductor": calls[0][0] - start,
         "inductor": inductor,
-        "after_inductor": end - start - (calls[0][0] - start) - inductor,
+        "after_inductor": end - calls[0][0] - inductor,
     }
 
 

@@ -371,7 +371,7 @@ def _ask_service(workload: Workload, target: Target, template: str, tune: bool) 
 
 CHOOSER = GemmChooser()
 # A compiler integration imported this: its client connects ahead of the first lookup.
-schedules.warm_up(templates=False)
+schedules.warm_up()
 # Which kernel each GEMM call of the integrations ran: "blis.gemm", "triton.gemm", or
 # "library" (torch's own). Tests and benchmarks read it.
 CALLS: Counter[str] = Counter()

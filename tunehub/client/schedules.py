@@ -670,12 +670,9 @@ def _import_templates() -> None:
         _templates_loaded.set()
 
 
-def warm_up(*, templates: bool = True) -> None:
-    """What a first lookup may need, made on background threads now: the templates imported
-    (unless ``templates`` is false; see ``load_templates`` for doing it on this thread), the
-    default client made and connected to its service."""
-    if templates:
-        start_templates()
+def warm_up() -> None:
+    """What a first lookup needs, made on a background thread now: the default client made and
+    connected to its service (the templates, which only a fallback needs: ``load_templates``)."""
     threading.Thread(target=_connect_ahead, name="tunehub-warm-up", daemon=True).start()
 
 
