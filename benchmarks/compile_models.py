@@ -356,6 +356,13 @@ def _time_inductor() -> list[tuple[float, float]]:
     return calls
 
 
+def _aside_stats() -> dict[str, int]:
+    """What the backend did with its kernels' compiles in this process (``compile_aside``):
+    compiled on a thread of their own, here, or here after the thread failed."""
+    aside = sys.modules.get("tunehub.client.compile_aside")
+    return dict(aside.STATS) if aside is not None else {}
+
+
 def _phases(calls: list[tuple[float, float]] | None, start: float) -> dict[str, float] | None:
     """Where a first call's time went: before Inductor was handed the graph (Dynamo's trace,
     and a backend's own work), in Inductor, and after it (the first run: kernels loaded,
@@ -403,6 +410,7 @@ def _with_kernels(result: dict[str, Any], contender: str) -> dict[str, Any]:
             "planned": dict(PLANNED),
             "lowered": dict(DECISIONS),
             "cpu_rewrites": dict(REWRITES),
+            "compile_aside": _aside_stats(),
             "calls": dict(CALLS),
             "lookups": {
                 f"{k[0]}x{k[1]}x{k[2]} {k[3]} {k[6]}": {

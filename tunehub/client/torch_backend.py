@@ -43,7 +43,9 @@ the (CPU-rewritten) graph eagerly instead of handing it to Inductor; ``"tune": T
 service to queue tuning for the shapes it has no schedule for (in the background; needs a write
 key in ``$TUNEHUB_API_KEY``; the compile does not wait); ``"tunehub_kernels"``: True puts every
 measured win on tunehub's own kernels, False none (Inductor's own code only, and its compile
-time); every other key is an Inductor config patch; ``mode`` is Inductor's mode (with
+time); ``"compile_aside"``: False compiles tunehub's kernels in the compiling thread, as
+Inductor would, instead of on a thread beside it (``tunehub.client.compile_aside``); every
+other key is an Inductor config patch; ``mode`` is Inductor's mode (with
 ``"max-autotune"``, GEMMs tunehub has no answer for are autotuned by Inductor as that mode
 does; those it has an answer for are not).
 """
@@ -103,6 +105,7 @@ def tunehub_backend(
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     own = options.pop("tunehub_kernels", None)
+    aside = bool(options.pop("compile_aside", True))
     patches = {**(list_mode_options(mode) if mode and mode != "default" else {}), **options}
     graphs = bool(patches.get("triton.cudagraphs"))
     # tunehub's own kernels: every measured win where steps replay as CUDA graphs (or asked
@@ -132,14 +135,18 @@ def tunehub_backend(
             # handler, and would be autotuned (their planned GEMMs get the library instead).
             patches["max_autotune_gemm"] = True
         inner = with_choices(compile_fx_inner, autotune_rest=autotune_rest)
-    analyses: Any = contextlib.nullcontext()
+    kernel_compile = contextlib.ExitStack()
     if "kernel" in PLANNED.values():
         from tunehub.client.triton_op import one_analysis_per_kernel
 
-        analyses = one_analysis_per_kernel()
+        kernel_compile.enter_context(one_analysis_per_kernel())
+        if aside:
+            from tunehub.client import compile_aside
+
+            kernel_compile.enter_context(compile_aside.compiling_aside())
     handed_over = time.perf_counter()
     COMPILE_SECS["tunehub"] = handed_over - start
-    with analyses:
+    with kernel_compile:
         compiled: Callable[..., Any] = compile_fx(  # type: ignore[assignment]
             gm, list(example_inputs), inner_compile=inner, config_patches=patches or None
         )
