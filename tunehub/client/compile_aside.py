@@ -129,10 +129,20 @@ def compiling_aside(compile_kernel: Callable[[str, str], Any] | None = None) -> 
     ``AsyncCompile.triton`` meanwhile; nothing is patched where this torch's Inductor lacks
     what the route needs."""
     compile_kernel = compile_kernel or compile_warm
-    try:
+    try:  # what the route takes from Inductor, all of it present before anything is patched
         from torch._inductor import async_compile as inductor_async
-        from torch._inductor.codecache import LambdaFuture  # noqa: F401 (needed by the route)
-    except ImportError:
+        from torch._inductor import codecache
+
+        for owner, name in (
+            (inductor_async, "CompiledTritonKernels"),
+            (inductor_async, "get_compile_threads"),
+            (inductor_async.AsyncCompile, "use_process_pool"),
+            (codecache, "LambdaFuture"),
+            (codecache, "_load_triton_kernel_from_source"),
+        ):
+            getattr(owner, name)
+    except (ImportError, AttributeError) as exc:
+        log.debug("tunehub: kernels compile as Inductor compiles them: %s", exc)
         yield
         return
     klass = inductor_async.AsyncCompile
