@@ -10,7 +10,10 @@ MLP-heavy encoder: 4 blocks of LayerNorm + attention + 768 -> 3072 -> 768 GELU M
 images x 197 tokens, ``b8``). Extra cases with ``--extras``: ``gpt2/train-fp32`` and
 ``gpt2/train-bf16`` (2 layers, 4 x 256, forward + backward + SGD step; bf16 under
 ``torch.autocast``), ``gpt2/offline`` (b8 with no service: every GEMM as Inductor's default),
-``gpt2/dynamic`` (``dynamic=True`` over 5 sequence lengths: compile time).
+``gpt2/dynamic`` (``dynamic=True`` over 5 sequence lengths: compile time). Optional
+contenders (``--contenders``), reported beside tunehub: ``tunehub-kernels`` (tunehub's own
+kernels on, as under CUDA graphs) and ``tunehub-inline`` (its kernels compiled in the
+compiling thread, ``compile_aside`` off: the summary's ``inline_compile_over_default``).
 
     python benchmarks/compile_models.py --home /tmp/cm --tune-only          # tune the GEMMs
     python benchmarks/compile_models.py --home /tmp/cm --models gpt2 --out $OUT/a.json
@@ -50,9 +53,10 @@ from typing import Any
 from local_service import REPO, local_service, lookup, machine, tune_shapes
 
 CONTENDERS = ("eager", "default", "max-autotune", "tunehub")
-# Also measured on request (--contenders): the backend with tunehub's own kernels on, as under
-# CUDA graphs; reported beside tunehub, never in its place.
-OPTIONAL_CONTENDERS = ("tunehub-kernels",)
+# Also measured on request (--contenders), reported beside tunehub, never in its place: the
+# backend with tunehub's own kernels on, as under CUDA graphs; and the backend compiling its
+# kernels in the compiling thread, as Inductor would (``compile_aside`` off: the route's A/B).
+OPTIONAL_CONTENDERS = ("tunehub-kernels", "tunehub-inline")
 CASES = {
     "gpt2": {"b8": (8, 512), "b1": (1, 512)},
     "llama": {"prefill": (1, 2048), "decode": (16, 1)},
@@ -253,12 +257,14 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     phases = _time_inductor() if contender != "eager" else None
     if contender == "eager":
         compiled = model
-    elif contender in ("tunehub", "tunehub-kernels"):
+    elif contender in ("tunehub", *OPTIONAL_CONTENDERS):
         # tunehub-kernels: what mode="reduce-overhead" gives through the backend (tunehub's own
         # kernels where they measured faster and Inductor's template cannot run them).
         options = dict(spec.get("tunehub_options") or {})
         if contender == "tunehub-kernels":
             options["tunehub_kernels"] = True
+        if contender == "tunehub-inline":
+            options["compile_aside"] = False
         compiled = torch.compile(
             model, backend=_tunehub_backend(), dynamic=spec["dynamic"], options=options or None
         )
@@ -606,6 +612,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 row["warm_compile_over_default"] = (
                     mine["warm_compile_secs"] / default["warm_compile_secs"]
                 )
+            inline = ok.get((model, case, "tunehub-inline"))
+            if default and default.get("compile_secs") and inline and inline.get("compile_secs"):
+                row["inline_compile_over_default"] = (
+                    inline["compile_secs"] / default["compile_secs"]
+                )
             rows[f"{model}/{case}/{mode}"] = row
     return {
         "rows": rows,
@@ -807,7 +818,7 @@ def main() -> int:
         for model, case in cases:
             batch, seq = case_shape(args, model, case)
             for contender in [c for _ in range(args.repeats) for c in contenders]:
-                if case in EXTRAS and contender in ("eager", "max-autotune", "tunehub-kernels"):
+                if case in EXTRAS and contender in ("eager", "max-autotune", *OPTIONAL_CONTENDERS):
                     continue  # the extras compare tunehub with Inductor's default
                 online = not (case == "offline" and contender == "tunehub")
                 env = {"TUNEHUB_URL": service.url if online else "",

@@ -176,3 +176,23 @@ def test_compile_models_merges_a_runs_steps_into_one_summary(tmp_path: Path) -> 
     other = part("h100.json", "H100", [timed("gpt2", "default", 1.0)])
     refused = run("compile_models.py", "--merge", str(gpt2), str(other), "--out", str(out))
     assert refused.returncode != 0 and "different GPUs" in refused.stderr
+
+
+def test_compile_models_summary_sets_the_inline_compile_beside_the_route() -> None:
+    """``tunehub-inline`` (the backend with ``compile_aside`` off) is summarised beside
+    tunehub: its compile over the default's (medians), never in tunehub's place."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import compile_models
+
+    def run_of(contender: str, compile_secs: float) -> dict[str, object]:
+        return {"model": "vit", "case": "b64", "contender": contender,
+                "compile_secs": compile_secs, "launch_ms": 2.0}  # fmt: skip
+
+    runs = [run_of("default", 5.0), run_of("tunehub", 5.5)]
+    summary = compile_models.summarize(
+        [*runs, run_of("tunehub-inline", 7.0), run_of("tunehub-inline", 6.0)]
+    )
+    row = summary["rows"]["vit/b64/launch"]
+    assert row["compile_over_default"] == pytest.approx(1.1)
+    assert row["inline_compile_over_default"] == pytest.approx(1.3)
+    assert summary["geomean_compile_over_default"] == pytest.approx(1.1)
