@@ -31,7 +31,7 @@ def inductor_source(fn: Any, name: str) -> str:
     meta = {"signature": {}, "device": device, "constants": {}, "configs": []}
     source = compile_aside.kernel_source(fn)
     assert source is not None
-    body = source.replace(f"def {source[4 : source.index('(')]}(", f"def {name}(")
+    body = source.replace(f"def {kernels_name(fn)}(", f"def {name}(")
     body = body.replace("\\", "\\\\").replace("'''", "\\'\\'\\'")
     return (
         TritonKernel.gen_common_triton_imports()
@@ -43,9 +43,9 @@ def inductor_source(fn: Any, name: str) -> str:
 
 
 def kernels_name(fn: Any) -> str:
-    source = compile_aside.kernel_source(fn)
-    assert source is not None
-    return source[4 : source.index("(")]
+    function = compile_aside.kernel_function(fn)
+    assert function is not None
+    return function.__name__
 
 
 def test_tunehub_kernels_are_told_from_other_kernels() -> None:

@@ -95,24 +95,33 @@ def _module_bodies(module: Any) -> dict[str, str]:
         return seen[1]
     bodies: dict[str, str] = {}
     for value in list(vars(module).values()):
-        source = kernel_source(value)
-        if source is not None:
+        fn = kernel_function(value)
+        source = _function_source(fn) if fn is not None else None
+        if fn is not None and source is not None:
             body = source.split("):\n", 1)[-1]
-            bodies[source[4 : source.index("(")].strip()] = body.replace("\\", "\\\\").replace(
-                "'''", "\\'\\'\\'"
-            )
+            bodies[fn.__name__] = body.replace("\\", "\\\\").replace("'''", "\\'\\'\\'")
     _MODULE_BODIES[module.__name__] = (module, bodies)
     return bodies
 
 
-def kernel_source(kernel: Any) -> str | None:
-    """A tunehub Triton kernel's source from its ``def`` on (a ``@triton.jit`` function, an
+def kernel_function(kernel: Any) -> types.FunctionType | None:
+    """The Python function of a tunehub Triton kernel (a ``@triton.jit`` function, an
     autotuned or interpreted one), or None for anything else."""
     fn = kernel
     while fn is not None and not isinstance(fn, types.FunctionType):
         fn = getattr(fn, "fn", None)
     if fn is None or fn is kernel or not fn.__module__.startswith("tunehub."):
         return None  # a plain function is not a kernel
+    return fn
+
+
+def kernel_source(kernel: Any) -> str | None:
+    """A tunehub Triton kernel's source from its ``def`` on, or None for anything else."""
+    fn = kernel_function(kernel)
+    return _function_source(fn) if fn is not None else None
+
+
+def _function_source(fn: types.FunctionType) -> str | None:
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
