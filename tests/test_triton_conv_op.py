@@ -149,6 +149,8 @@ def _answer(workload: Any, choice: GemmChoice) -> None:
 
 
 def test_the_backend_puts_a_convolution_on_the_op_only_where_a_measured_answer_names_it() -> None:
+    from tunehub.client.inductor_gemm import PLAIN_LAUNCH_MIN_SECS
+
     torch.manual_seed(0)
     model = Net().eval()
     x = torch.randn(2, 6, 7, 6)
@@ -158,10 +160,11 @@ def test_the_backend_puts_a_convolution_on_the_op_only_where_a_measured_answer_n
                            torch.float32, False)  # fmt: skip
     rewritten: list[int] = []
     sites: list[Any] = []
+    route = ["all"]  # replayed as CUDA graphs: any measured win
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
         sites.extend(s[0].key for n in gm.graph.nodes if (s := conv_site(n)) is not None)
-        rewritten.append(plan_convs(gm, devices=("cpu",)))
+        rewritten.append(plan_convs(gm, kernels=route[0], devices=("cpu",)))
         return gm.forward
 
     CHOOSER.clear()
@@ -186,6 +189,26 @@ def test_the_backend_puts_a_convolution_on_the_op_only_where_a_measured_answer_n
         torch._dynamo.reset()
         torch.compile(model, backend=backend)(x).sum().backward()
         assert rewritten == [0, 0]
+
+        # Plain launch: only a kernel measured long enough to hide its launch (no time known:
+        # not); with tunehub's kernels off, none, and nothing is looked up.
+        rewritten.clear()
+        route[0] = "long"
+        for secs in (None, PLAIN_LAUNCH_MIN_SECS / 2, PLAIN_LAUNCH_MIN_SECS):
+            _answer(first, GemmChoice("triton.conv2d", Config(TILE), "exact",
+                                      detail={"median_secs": secs}))  # fmt: skip
+            torch._dynamo.reset()
+            with torch.no_grad():
+                out = torch.compile(model, backend=backend)(x)
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        route[0] = "none"
+        CHOOSER.clear()
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(model, backend=backend)(x)
+        assert rewritten == [0, 0, 1, 0] and not CHOOSER._answers
+        with pytest.raises(ValueError, match="kernels must be one of"):
+            plan_convs(torch.fx.symbolic_trace(model), kernels="some")
     finally:
         CHOOSER.clear()
         PLANNED.clear()

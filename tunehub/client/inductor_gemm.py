@@ -253,6 +253,13 @@ def decide(site: GemmSite, choice: GemmChoice | None) -> Decision:
 PLAIN_LAUNCH_MIN_SECS = 40e-6
 
 
+def hides_its_launch(choice: GemmChoice, *, graphs: bool) -> bool:
+    """Whether a measured winner may run as a user-defined Triton kernel in Inductor's code:
+    always where steps replay as CUDA graphs (``graphs``), in plain launch only where it was
+    measured to run at least ``PLAIN_LAUNCH_MIN_SECS`` (no time known: no)."""
+    return graphs or (choice.detail.get("median_secs") or 0.0) >= PLAIN_LAUNCH_MIN_SECS
+
+
 def kernel_config(
     choice: GemmChoice | None, site: GemmSite, *, graphs: bool = True
 ) -> dict[str, Any] | None:
@@ -265,7 +272,7 @@ def kernel_config(
         return None
     if site_template_kwargs(site, choice.config) is not None:
         return None  # Inductor's own template runs it, and fuses around it
-    if not graphs and not (choice.detail.get("median_secs") or 0.0) >= PLAIN_LAUNCH_MIN_SECS:
+    if not hides_its_launch(choice, graphs=graphs):
         return None
     if site.op == "bmm":
         from tunehub.client.triton_bmm_op import runs

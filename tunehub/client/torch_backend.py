@@ -37,6 +37,10 @@ sites (``torch.bmm``, 3-D ``@``) get ``triton.bmm``'s answer the same way: Induc
 template with the tuned config where it runs it, the library where that measured faster,
 ``tunehub::triton_bmm`` (under the same rule) for a winner the template cannot run (the
 persistent TMA kernel, the batch-interleaved order), Inductor's own choice otherwise.
+Convolutions (``F.conv2d``) and ``F.scaled_dot_product_attention`` calls of static sizes,
+through which no gradient flows, go onto ``tunehub::triton_conv2d`` and
+``tunehub::triton_attention`` under the same rule where ``triton.conv2d``'s or
+``triton.attention``'s measured winner beat the vendor's (cuDNN; the best SDPA backend).
 
 Options (``torch.compile(..., backend="tunehub", options={...})``): ``"inductor": False`` runs
 the (CPU-rewritten) graph eagerly instead of handing it to Inductor; ``"tune": True`` asks the
@@ -113,9 +117,8 @@ def tunehub_backend(
     # GEMMs whose kernels run long enough to hide their launch.
     kernels = "none" if own is False else "all" if own or graphs else "long"
     table = plan_cuda_gemms(gm, kernels=kernels)
-    if kernels == "all":
-        plan_convs(gm)
-        plan_attention(gm)
+    plan_convs(gm, kernels=kernels)
+    plan_attention(gm, kernels=kernels)
     autotune_rest = (
         bool(patches.get("max_autotune") or patches.get("max_autotune_gemm"))
         or _inductor_autotunes()
@@ -337,30 +340,27 @@ def _attention_call(node: Any, workload: Any, config: str) -> tuple[Any, tuple[A
     return torch.ops.tunehub.triton_attention.default, args, None
 
 
-def plan_convs(gm: Any, *, devices: tuple[str, ...] = ("cuda",)) -> int:
+def plan_convs(gm: Any, *, kernels: str = "long", devices: tuple[str, ...] = ("cuda",)) -> int:
     """``plan_own_kernels`` for the graph's convolutions: ``tunehub::triton_conv2d``
     (``triton.conv2d``'s implicit-GEMM and depthwise kernels; a bias added after it, which
     Inductor fuses). Pointwise NHWC winners are triton.gemm's and stay Inductor's."""
     from tunehub.client import triton_conv_op
 
     return plan_own_kernels(
-        gm, "triton.conv2d", conv_site, triton_conv_op.runs, _conv_call, devices=devices
-    )
+        gm, "triton.conv2d", conv_site, triton_conv_op.runs, _conv_call,
+        kernels=kernels, devices=devices,
+    )  # fmt: skip
 
 
-def plan_attention(gm: Any, *, devices: tuple[str, ...] = ("cuda",)) -> int:
+def plan_attention(gm: Any, *, kernels: str = "long", devices: tuple[str, ...] = ("cuda",)) -> int:
     """``plan_own_kernels`` for the graph's ``scaled_dot_product_attention`` calls:
     ``tunehub::triton_attention`` (``triton.attention``'s kernel through pointer loads)."""
     from tunehub.client import triton_attention_op
 
     return plan_own_kernels(
-        gm,
-        "triton.attention",
-        attention_site,
-        triton_attention_op.runs,
-        _attention_call,
-        devices=devices,
-    )
+        gm, "triton.attention", attention_site, triton_attention_op.runs, _attention_call,
+        kernels=kernels, devices=devices,
+    )  # fmt: skip
 
 
 def plan_own_kernels(
@@ -370,20 +370,28 @@ def plan_own_kernels(
     op_runs: Callable[[dict[str, Any]], bool],
     call: Callable[[Any, Any, str], tuple[Any, tuple[Any, ...], Any]],
     *,
+    kernels: str = "long",
     devices: tuple[str, ...] = ("cuda",),
 ) -> int:
     """Rewrite, in place, each node of ``gm`` on ``devices`` that ``site_of_node`` names a
     workload of, through which no gradient flows and whose measured winner (an ``exact`` or
     ``family`` answer of ``template`` faster than the vendor's) the op runs, into that op
-    with that config (``call``: the op, its arguments and a bias to add). The others stay as
-    Inductor compiles them. One batch lookup a device first. Returns how many were
-    rewritten. (``devices``: the tests run the ops on the CPU under ``TRITON_INTERPRET=1``.)"""
+    with that config (``call``: the op, its arguments and a bias to add). ``kernels`` as for
+    ``plan_cuda_gemms``: ``all`` (steps replayed as CUDA graphs) every such winner, ``long``
+    those measured to run long enough to hide their launch, ``none`` none (and no lookup).
+    The others stay as Inductor compiles them. One batch lookup a device first. Returns how
+    many were rewritten. (``devices``: the tests run the ops on the CPU under
+    ``TRITON_INTERPRET=1``.)"""
     import torch
 
     from tunehub.client.gemm_choice import CHOOSER, device_target
-    from tunehub.client.inductor_gemm import MEASURED
+    from tunehub.client.inductor_gemm import MEASURED, hides_its_launch
     from tunehub.client.triton_op import config_json
 
+    if kernels not in KERNEL_ROUTES:
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_ROUTES)}, not {kernels!r}")
+    if kernels == "none":
+        return 0
     found = []
     for node in list(gm.graph.nodes):
         site = site_of_node(node)
@@ -409,6 +417,8 @@ def plan_own_kernels(
             continue
         config = choice.config.to_dict()
         if choice.source not in MEASURED or choice.use_library or not op_runs(config):
+            continue
+        if not hides_its_launch(choice, graphs=kernels == "all"):
             continue
         graph = gm.graph
         with graph.inserting_before(node):
