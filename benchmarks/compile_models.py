@@ -223,6 +223,25 @@ def gemm_workloads(args: argparse.Namespace, model: str, case: str) -> list[dict
     ]
 
 
+def attention_workloads(args: argparse.Namespace, model: str, case: str) -> list[dict[str, Any]]:
+    """The case's ``scaled_dot_product_attention`` call as a tunehub ``attention`` workload,
+    as the backend plans it; none for the extras (training graphs and dynamic sizes keep
+    SDPA; offline has no service). LLaMA's decode attends its token to the cache, not
+    causal."""
+    if case in EXTRAS:
+        return []
+    batch, seq = case_shape(args, model, case)
+    if model == "llama":
+        heads, head_dim = args.llama_heads, args.llama_hidden // args.llama_heads
+        kv_len = seq + (args.llama_context if case == "decode" else 0)
+        causal = case != "decode"
+    else:
+        heads = max(1, args.hidden // 64)
+        head_dim, kv_len, causal = args.hidden // heads, seq, model == "gpt2"
+    return [{"op": "attention", "batch": batch, "heads": heads, "m": seq, "n": kv_len,
+             "k": head_dim, "causal": causal, "dtype": args.dtype}]  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------
 # One (case, contender), in its own process
 # --------------------------------------------------------------------------------------------
@@ -384,6 +403,21 @@ def _phases(calls: list[tuple[float, float]] | None, start: float) -> dict[str, 
     }
 
 
+def _answer_line(workload: dict[str, Any], answer: dict[str, Any]) -> str:
+    """One lookup's answer as a line of the tuning table."""
+    speed = answer.get("speedup_vs_baseline")
+    config = answer.get("config") or {}
+    vs = f"{speed:.3f}x" if speed else "-"
+    tile = "x".join(str(config[f"BLOCK_{d}"]) for d in "MNK" if f"BLOCK_{d}" in config)
+    if workload.get("op") == "attention":
+        w = workload
+        shape = f"{w['batch']}x{w['heads']} {w['m']}x{w['n']}x{w['k']}{' c' if w['causal'] else ''}"
+        kind = "gluon" if config.get("GLUON") else "tma" if config.get("TMA") else "ptr"
+    else:
+        shape, kind = f"{workload['m']:>6d}x{workload['n']}x{workload['k']}", config.get("variant")
+    return f"{shape:24s} {answer.get('source', '?'):>8s} {vs:>11s}  {kind} {tile}"
+
+
 def _kernel_counts(code: str) -> dict[str, int]:
     """What the generated code runs for its GEMMs."""
     return {
@@ -392,6 +426,9 @@ def _kernel_counts(code: str) -> dict[str, int]:
         "inductor_templates": code.count("def triton_tem_"),
         "tunehub_kernels": sum(code.count(f"def {name}") for name in TUNEHUB_KERNELS),
         "tunehub_custom_op_calls": code.count("torch.ops.tunehub."),
+        # Attention: SDPA's own calls (flash, efficient, cuDNN) and tunehub's kernel.
+        "library_attention": code.count("aten._scaled_dot_product_"),
+        "tunehub_attention": code.count("def _attention_fwd"),
     }
 
 
@@ -419,7 +456,7 @@ def _with_kernels(result: dict[str, Any], contender: str) -> dict[str, Any]:
             "compile_aside": _aside_stats(),
             "calls": dict(CALLS),
             "lookups": {
-                f"{k[0]}x{k[1]}x{k[2]} {k[3]} {k[6]}": {
+                f"{k[10][0] + ' ' if k[10] else ''}{k[0]}x{k[1]}x{k[2]} {k[3]} {k[6]}": {
                     "source": c.source,
                     "library": c.use_library,
                     "variant": c.config.get("variant"),
@@ -716,7 +753,9 @@ def main() -> int:
     parser.add_argument("--llama-context", type=int, default=1024)
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     parser.add_argument("--home", type=Path, help="keep the started service's data here")
-    parser.add_argument("--trials", type=int, default=16, help="tuning trials per GEMM shape")
+    parser.add_argument("--trials", type=int, default=16, help="tuning trials per shape")
+    parser.add_argument("--attention", action=argparse.BooleanOptionalAction, default=True,
+                        help="tune and look up the models' attention too (GPU)")  # fmt: skip
     parser.add_argument("--job-secs", type=float, default=20.0, help="tuning secs per shape")
     parser.add_argument("--tune-only", action="store_true", help="tune the shapes, run nothing")
     parser.add_argument("--skip-tune", action="store_true", help="the service has the shapes")
@@ -787,31 +826,36 @@ def main() -> int:
         if device == "cpu":
             workloads = [{**w, "b_layout": "row_major", "epilogue": "none"} for w in workloads]
         unique = [dict(t) for t in dict.fromkeys(tuple(sorted(w.items())) for w in workloads)]
+        attention = []
+        if args.attention and device == "cuda":
+            attention = [w for m, c in cases for w in attention_workloads(args, m, c)]
+            attention = [dict(t) for t in dict.fromkeys(tuple(sorted(w.items()))
+                                                        for w in attention)]  # fmt: skip
+        batches = [(unique, template), (attention, "triton.attention")]
         if not args.skip_tune:
-            print(f"tuning {len(unique)} GEMM shapes on {target} ({args.trials} trials, "
-                  f"{args.job_secs:.0f} s at most each) ...", flush=True)  # fmt: skip
             start = time.perf_counter()
             jobs = []
-            for first in range(0, len(unique), 15):  # a key queues at most 20 jobs
-                jobs += tune_shapes(service, unique[first : first + 15], target=target,
-                                    template=template, max_trials=args.trials,
-                                    max_secs=args.job_secs)  # fmt: skip
+            for shapes, name in batches:
+                if shapes:
+                    print(f"tuning {len(shapes)} {name} shapes on {target} "
+                          f"({args.trials} trials, {args.job_secs:.0f} s at most each) ...",
+                          flush=True)  # fmt: skip
+                for first in range(0, len(shapes), 15):  # a key queues at most 20 jobs
+                    jobs += tune_shapes(service, shapes[first : first + 15], target=target,
+                                        template=name, max_trials=args.trials,
+                                        max_secs=args.job_secs)  # fmt: skip
             results["tuning_secs"] = time.perf_counter() - start
             results["jobs"] = [{k: j.get(k) for k in ("id", "state", "trials_done", "error")}
                                for j in jobs]  # fmt: skip
-        print(f"\n{'GEMM (m x n x k)':24s} {'source':>8s} {'vs library':>11s}  winner")
         answers = []
-        for w in unique:
-            answer = lookup(service, w, target=target, template=template)
-            answers.append({"workload": w, "answer": answer})
-            speed = answer.get("speedup_vs_baseline")
-            config = answer.get("config") or {}
-            tile = "x".join(str(config.get(f"BLOCK_{d}")) for d in "MNK")
-            vs = f"{speed:.3f}x" if speed else "-"
-            print(
-                f"{w['m']:>6d}x{w['n']}x{w['k']:<10d} {answer.get('source', '?'):>8s} "
-                f"{vs:>11s}  {config.get('variant')} {tile}"
-            )
+        for shapes, name in batches:
+            if shapes:
+                label = "GEMM (m x n x k)" if name == template else "attention (b h m n k)"
+                print(f"\n{label:24s} {'source':>8s} {'vs library':>11s}  winner")
+            for w in shapes:
+                answer = lookup(service, w, target=target, template=name)
+                answers.append({"workload": w, "template": name, "answer": answer})
+                print(_answer_line(w, answer))
         results["lookups"] = answers
         if args.tune_only:
             contenders = []
