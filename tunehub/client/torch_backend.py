@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import logging
 import math
 import operator
@@ -246,11 +247,11 @@ def conv_site(node: Any) -> tuple[Any, Any] | None:
     import torch
     import torch.nn.functional as F
 
+    if node.op != "call_function" or node.target not in (torch.conv2d, F.conv2d):
+        return None
     from tunehub.client.triton_conv_op import conv_workload, is_nhwc
     from tunehub.core import InvalidSpec
 
-    if node.op != "call_function" or node.target not in (torch.conv2d, F.conv2d):
-        return None
     given = _named_args(node, CONV_ARGS)
     x, weight = given.get("input"), given.get("weight")
     if not _supported(x, weight, dims=(4, 4)):
@@ -293,11 +294,11 @@ def attention_site(node: Any) -> tuple[Any, Any] | None:
     grouped heads; None for anything else."""
     import torch.nn.functional as F
 
+    if node.op != "call_function" or node.target is not F.scaled_dot_product_attention:
+        return None
     from tunehub.client.triton_attention_op import attention_workload
     from tunehub.core import InvalidSpec
 
-    if node.op != "call_function" or node.target is not F.scaled_dot_product_attention:
-        return None
     given = _named_args(node, SDPA_ARGS)
     q, k, v = given.get("query"), given.get("key"), given.get("value")
     if not _supported(q, k, v, dims=(4, 4, 4)) or any(_static_shape(t) is None for t in (q, k, v)):
@@ -344,10 +345,8 @@ def plan_convs(gm: Any, *, kernels: str = "long", devices: tuple[str, ...] = ("c
     """``plan_own_kernels`` for the graph's convolutions: ``tunehub::triton_conv2d``
     (``triton.conv2d``'s implicit-GEMM and depthwise kernels; a bias added after it, which
     Inductor fuses). Pointwise NHWC winners are triton.gemm's and stay Inductor's."""
-    from tunehub.client import triton_conv_op
-
     return plan_own_kernels(
-        gm, "triton.conv2d", conv_site, triton_conv_op.runs, _conv_call,
+        gm, "triton.conv2d", conv_site, "tunehub.client.triton_conv_op", _conv_call,
         kernels=kernels, devices=devices,
     )  # fmt: skip
 
@@ -355,11 +354,9 @@ def plan_convs(gm: Any, *, kernels: str = "long", devices: tuple[str, ...] = ("c
 def plan_attention(gm: Any, *, kernels: str = "long", devices: tuple[str, ...] = ("cuda",)) -> int:
     """``plan_own_kernels`` for the graph's ``scaled_dot_product_attention`` calls:
     ``tunehub::triton_attention`` (``triton.attention``'s kernel through pointer loads)."""
-    from tunehub.client import triton_attention_op
-
     return plan_own_kernels(
-        gm, "triton.attention", attention_site, triton_attention_op.runs, _attention_call,
-        kernels=kernels, devices=devices,
+        gm, "triton.attention", attention_site, "tunehub.client.triton_attention_op",
+        _attention_call, kernels=kernels, devices=devices,
     )  # fmt: skip
 
 
@@ -367,7 +364,7 @@ def plan_own_kernels(
     gm: Any,
     template: str,
     site_of_node: Callable[[Any], tuple[Any, Any] | None],
-    op_runs: Callable[[dict[str, Any]], bool],
+    op_module: str,
     call: Callable[[Any, Any, str], tuple[Any, tuple[Any, ...], Any]],
     *,
     kernels: str = "long",
@@ -375,18 +372,18 @@ def plan_own_kernels(
 ) -> int:
     """Rewrite, in place, each node of ``gm`` on ``devices`` that ``site_of_node`` names a
     workload of, through which no gradient flows and whose measured winner (an ``exact`` or
-    ``family`` answer of ``template`` faster than the vendor's) the op runs, into that op
-    with that config (``call``: the op, its arguments and a bias to add). ``kernels`` as for
-    ``plan_cuda_gemms``: ``all`` (steps replayed as CUDA graphs) every such winner, ``long``
-    those measured to run long enough to hide their launch, ``none`` none (and no lookup).
-    The others stay as Inductor compiles them. One batch lookup a device first. Returns how
-    many were rewritten. (``devices``: the tests run the ops on the CPU under
-    ``TRITON_INTERPRET=1``.)"""
+    ``family`` answer of ``template`` faster than the vendor's) the op runs (``runs`` of
+    ``op_module``, which registers the op; imported only for a graph with such a node), into
+    that op with that config (``call``: the op, its arguments and a bias to add).
+    ``kernels`` as for ``plan_cuda_gemms``: ``all`` (steps replayed as CUDA graphs) every
+    such winner, ``long`` those measured to run long enough to hide their launch, ``none``
+    none (and no lookup). The others stay as Inductor compiles them. One batch lookup a
+    device first. Returns how many were rewritten. (``devices``: the tests run the ops on the
+    CPU under ``TRITON_INTERPRET=1``.)"""
     import torch
 
     from tunehub.client.gemm_choice import CHOOSER, device_target
     from tunehub.client.inductor_gemm import MEASURED, hides_its_launch
-    from tunehub.client.triton_op import config_json
 
     if kernels not in KERNEL_ROUTES:
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_ROUTES)}, not {kernels!r}")
@@ -400,6 +397,11 @@ def plan_own_kernels(
         if getattr(_meta(node), "requires_grad", True):
             continue  # a training graph: Inductor differentiates its own
         found.append((node, *site))
+    if not found:
+        return 0
+    from tunehub.client.triton_op import config_json
+
+    op_runs = importlib.import_module(op_module).runs
     by_device: dict[Any, list[Any]] = {}
     for _, workload, device in found:
         by_device.setdefault(device, []).append(workload)
