@@ -33,7 +33,7 @@ run records where its compile went (``tunehub.compile_secs``: the backend's own 
 Inductor, and Inductor's); every compiled contender records its first call's phases
 (``compile_phases``: before Inductor, in Inductor's ``compile_fx``, after it).
 ``COMPILE_MODELS_PROFILE=DIR`` writes a cProfile of each worker's
-compile (its first call) to DIR.
+compile (its first call) to DIR, and the code Inductor generated beside it.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -339,6 +340,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
                 out, codes = profiler.runcall(run_and_get_code, compiled, x)
                 name = f"{spec['model']}-{spec['case']}-{contender}-{os.getpid()}.prof"
                 profiler.dump_stats(str(Path(profile_dir) / name))
+                Path(profile_dir, name).with_suffix(".py").write_text("\n\n".join(codes))
             else:
                 out, codes = run_and_get_code(compiled, x)
             result["kernels"] = _kernel_counts("\n".join(codes))
@@ -427,7 +429,9 @@ def _kernel_counts(code: str) -> dict[str, int]:
         "tunehub_kernels": sum(code.count(f"def {name}") for name in TUNEHUB_KERNELS),
         "tunehub_custom_op_calls": code.count("torch.ops.tunehub."),
         # Attention: SDPA's own calls (flash, efficient, cuDNN) and tunehub's kernel.
-        "library_attention": code.count("aten._scaled_dot_product_"),
+        "library_attention": len(
+            re.findall(r"= torch\.ops\.aten\._scaled_dot_product_\w+\.default\(", code)
+        ),
         "tunehub_attention": code.count("def _attention_fwd"),
     }
 
