@@ -15,9 +15,13 @@ contenders (``--contenders``), reported beside tunehub: ``tunehub-kernels`` (tun
 kernels on, as under CUDA graphs) and ``tunehub-inline`` (its kernels compiled in the
 compiling thread, ``compile_aside`` off: the summary's ``inline_compile_over_default``).
 
-    python benchmarks/compile_models.py --home /tmp/cm --tune-only          # tune the GEMMs
+    python benchmarks/compile_models.py --home /tmp/cm --tune-only          # tune the shapes
     python benchmarks/compile_models.py --home /tmp/cm --models gpt2 --out $OUT/a.json
     python benchmarks/compile_models.py --dry-run                            # CPU, tiny
+
+On a GPU the models' attention (their ``scaled_dot_product_attention`` calls, as the backend
+plans them) is tuned and looked up with their GEMMs (``--no-attention``: GEMMs only), and the
+generated code's SDPA calls and tunehub attention kernels are counted beside its GEMMs.
 
 Each (case, contender) runs in a fresh process with cold Inductor and Triton caches (so every
 compile time is a cold compile; tunehub's includes its lookups), on the same half of the
