@@ -415,12 +415,12 @@ def _answer_line(workload: dict[str, Any], answer: dict[str, Any]) -> str:
     config = answer.get("config") or {}
     vs = f"{speed:.3f}x" if speed else "-"
     tile = "x".join(str(config[f"BLOCK_{d}"]) for d in "MNK" if f"BLOCK_{d}" in config)
-    if workload.get("op") == "attention":
-        w = workload
+    w = workload
+    if w.get("op") == "attention":
         shape = f"{w['batch']}x{w['heads']} {w['m']}x{w['n']}x{w['k']}{' c' if w['causal'] else ''}"
         kind = "gluon" if config.get("GLUON") else "tma" if config.get("TMA") else "ptr"
     else:
-        shape, kind = f"{workload['m']:>6d}x{workload['n']}x{workload['k']}", config.get("variant")
+        shape, kind = f"{w['m']:>6d}x{w['n']}x{w['k']}", config.get("variant")
     return f"{shape:24s} {answer.get('source', '?'):>8s} {vs:>11s}  {kind} {tile}"
 
 

@@ -196,3 +196,58 @@ def test_compile_models_summary_sets_the_inline_compile_beside_the_route() -> No
     assert row["compile_over_default"] == pytest.approx(1.1)
     assert row["inline_compile_over_default"] == pytest.approx(1.3)
     assert summary["geomean_compile_over_default"] == pytest.approx(1.1)
+
+
+ATTENTION_SITES = r"""
+import argparse, json, sys
+import torch
+sys.path.insert(0, "benchmarks")
+import compile_models as cm
+import tunehub.client.torch_backend as tb
+from tunehub.client.torch_backend import attention_site
+
+tb._DTYPES["cpu"] = ("float16",)  # the models in fp16 on this CPU, as on a GPU
+
+args = argparse.Namespace(dry_run=True, layers=1, hidden=128, vocab=96, llama_hidden=256,
+                          llama_mlp=64, llama_heads=2, llama_context=8, dtype="float16")
+out = {}
+for model, cases in cm.CASES.items():
+    for case in cases:
+        batch, seq = cm.case_shape(args, model, case)
+        dims = cm.model_dims(args, model, case)
+        dims.update({"hidden": args.llama_hidden} if model == "llama"
+                    else {"hidden": args.hidden, "vocab": args.vocab})
+        net = cm.make_model(model, dims, batch).eval().half()
+        found = []
+
+        def capture(gm, example_inputs):
+            found.extend(s[0].key for n in gm.graph.nodes if (s := attention_site(n)))
+            return gm.forward
+
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(net, backend=capture)(torch.randn(batch, seq, dims["hidden"]).half())
+        from tunehub.core import Workload
+        planned = [Workload.from_dict(w).key for w in cm.attention_workloads(args, model, case)]
+        out[f"{model}/{case}"] = [found, planned]
+print(json.dumps(out))
+"""
+
+
+def test_compile_models_tunes_the_attention_the_backend_looks_up() -> None:
+    """Each case's attention workload, as the benchmark tunes it, is the one the backend
+    finds in that model's compiled graph (GPT-2 causal, ViT not, LLaMA's decode over its
+    cache); the extras tune none."""
+    done = subprocess.run(
+        [sys.executable, "-c", ATTENTION_SITES], cwd=REPO, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    sites = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(sites) == 6
+    for case, (found, planned) in sites.items():
+        assert found and planned == found[:1], case  # one shape per case, every layer alike
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import compile_models
+
+    assert compile_models.attention_workloads(None, "gpt2", "train-bf16") == []  # type: ignore[arg-type]

@@ -195,6 +195,11 @@ def _inductor_autotunes() -> bool:
     return bool(config.max_autotune or config.max_autotune_gemm)
 
 
+def _check_route(kernels: str) -> None:
+    if kernels not in KERNEL_ROUTES:
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_ROUTES)}, not {kernels!r}")
+
+
 def plan_cuda_gemms(
     gm: Any, *, kernels: str = "long", devices: tuple[str, ...] = ("cuda",)
 ) -> dict[str, list[dict[str, Any]]]:
@@ -208,8 +213,7 @@ def plan_cuda_gemms(
     kernel was measured to run long enough to hide its launch (``PLAIN_LAUNCH_MIN_SECS``),
     ``none`` none. (``devices``: the tests plan CPU graphs, whose kernels run under
     ``TRITON_INTERPRET=1``.)"""
-    if kernels not in KERNEL_ROUTES:
-        raise ValueError(f"kernels must be one of {', '.join(KERNEL_ROUTES)}, not {kernels!r}")
+    _check_route(kernels)
     from tunehub.client.inductor_gemm import kernel_config, lookup, plan_table
 
     found = []
@@ -385,8 +389,7 @@ def plan_own_kernels(
     from tunehub.client.gemm_choice import CHOOSER, device_target
     from tunehub.client.inductor_gemm import MEASURED, hides_its_launch
 
-    if kernels not in KERNEL_ROUTES:
-        raise ValueError(f"kernels must be one of {', '.join(KERNEL_ROUTES)}, not {kernels!r}")
+    _check_route(kernels)
     if kernels == "none":
         return 0
     found = []
