@@ -115,7 +115,8 @@ def tunehub_backend(
     graphs = bool(patches.get("triton.cudagraphs"))
     # tunehub's own kernels: every measured win where steps replay as CUDA graphs (or asked
     # for), none when turned off (Inductor's own code only, and its compile time), else the
-    # GEMMs whose kernels run long enough to hide their launch.
+    # wins whose kernels run long enough to hide their launch; GEMMs, convolutions and
+    # attention alike.
     kernels = "none" if own is False else "all" if own or graphs else "long"
     table = plan_cuda_gemms(gm, kernels=kernels)
     plan_convs(gm, kernels=kernels)
