@@ -37,7 +37,10 @@ run records where its compile went (``tunehub.compile_secs``: the backend's own 
 Inductor, and Inductor's); every compiled contender records its first call's phases
 (``compile_phases``: before Inductor, in Inductor's ``compile_fx``, after it).
 ``COMPILE_MODELS_PROFILE=DIR`` writes a cProfile of each worker's
-compile (its first call) to DIR, and the code Inductor generated beside it.
+compile (its first call) to DIR, and the code Inductor generated beside it
+(``COMPILE_MODELS_CODE=DIR``: the code alone). ``--kernel-times`` profiles the compiled steps'
+GPU kernels: each kernel's median time in launch order (``kernel_us``), so a GEMM's time inside
+the model stands beside its time measured alone.
 """
 
 from __future__ import annotations
@@ -337,16 +340,18 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             from torch._inductor.utils import run_and_get_code
 
             profile_dir = os.environ.get("COMPILE_MODELS_PROFILE")
+            code_dir = os.environ.get("COMPILE_MODELS_CODE") or profile_dir
+            name = f"{spec['model']}-{spec['case']}-{contender}-{os.getpid()}"
             if profile_dir:  # where a compile's time goes (cProfile slows it: not timed)
                 import cProfile
 
                 profiler = cProfile.Profile()
                 out, codes = profiler.runcall(run_and_get_code, compiled, x)
-                name = f"{spec['model']}-{spec['case']}-{contender}-{os.getpid()}.prof"
-                profiler.dump_stats(str(Path(profile_dir) / name))
-                Path(profile_dir, name).with_suffix(".py").write_text("\n\n".join(codes))
+                profiler.dump_stats(str(Path(profile_dir) / f"{name}.prof"))
             else:
                 out, codes = run_and_get_code(compiled, x)
+            if code_dir:
+                Path(code_dir, f"{name}.py").write_text("\n\n".join(codes))
             result["kernels"] = _kernel_counts("\n".join(codes))
         else:
             out = compiled(x)
@@ -356,12 +361,51 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         result["rel_err"] = float((out.float() - expected).norm() / expected.norm())
         result["launch_ms"] = _time(compiled, x, spec, cuda)
         result["graph_ms"] = None
+        if cuda and spec.get("kernel_times"):
+            result["kernel_us"] = _kernel_times(compiled, x, spec["reps"])
         if cuda:
             try:
                 result["graph_ms"] = _time_graph(compiled, x, spec)
             except Exception as exc:  # a step that cannot be captured: launch time only
                 result["graph_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     return _with_kernels(result, contender)
+
+
+def _kernel_times(step: Any, x: Any, steps: int) -> list[list[Any]] | str:
+    """The GPU kernels of one step in launch order, each with its median time (us) over
+    ``steps`` profiled steps: what each GEMM costs inside the model, beside what it measured
+    alone when tuned."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        step(x)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(x)
+        torch.cuda.synchronize()
+    kernels = [
+        (event.name, event.time_range.start, event.time_range.elapsed_us())
+        for event in prof.events()
+        if event.device_type == torch.autograd.DeviceType.CUDA
+    ]
+    return kernels_per_step(kernels, steps)
+
+
+def kernels_per_step(kernels: list[tuple[str, float, float]], steps: int) -> list[list[Any]] | str:
+    """``kernels`` ((name, start, us) of ``steps`` steps' kernels) as one step's: [name, median
+    us] in launch order; a message where the steps did not launch the same kernels."""
+    ordered = sorted(kernels, key=lambda k: k[1])
+    per_step, extra = divmod(len(ordered), steps)
+    if not per_step or extra:
+        return f"{len(ordered)} kernels in {steps} steps: not the same kernels each step"
+    names = [name for name, _, _ in ordered[:per_step]]
+    for i in range(steps):
+        if [name for name, _, _ in ordered[i * per_step : (i + 1) * per_step]] != names:
+            return f"step {i} launched other kernels than step 0"
+    times = [[us for _, _, us in ordered[j::per_step]] for j in range(per_step)]
+    return [[name[:100], round(statistics.median(times[j]), 2)] for j, name in enumerate(names)]
 
 
 def _time_inductor() -> list[tuple[float, float]]:
@@ -414,6 +458,8 @@ def _answer_line(workload: dict[str, Any], answer: dict[str, Any]) -> str:
     speed = answer.get("speedup_vs_baseline")
     config = answer.get("config") or {}
     vs = f"{speed:.3f}x" if speed else "-"
+    if speed and speed >= 1 and answer.get("baseline_faster"):
+        vs = f"tie {vs}"  # within LIBRARY_TIE or the confirmation rounds' spread
     tile = "x".join(str(config[f"BLOCK_{d}"]) for d in "MNK" if f"BLOCK_{d}" in config)
     w = workload
     if w.get("op") == "attention":
@@ -693,6 +739,15 @@ def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
             kernels = f"{kernels} planned {sorted(r['tunehub']['planned'].values())}"
         print(f"{label:20s} {r['contender']:13s} {r['launch_ms']:>10.3f} {graph:>9s} "
               f"{r['compile_secs']:>10.1f} {err:>9s}  {kernels}")  # fmt: skip
+    for r in runs:
+        if isinstance(r.get("kernel_us"), list):
+            total = sum(us for _, us in r["kernel_us"])
+            print(f"\n{r['model']}/{r['case']} {r['contender']}: GPU kernels in launch order, "
+                  f"median us ({total:.1f} us in all)")  # fmt: skip
+            for name, us in r["kernel_us"]:
+                print(f"  {us:9.2f}  {name}")
+        elif r.get("kernel_us"):
+            print(f"\n{r['model']}/{r['case']} {r['contender']}: {r['kernel_us']}")
     print()
     for key, row in summary["rows"].items():
         parts = [f"{name} {row[name]:.3f}x" for name in
@@ -778,6 +833,9 @@ def main() -> int:
     parser.add_argument("--tunehub-options", type=json.loads, default=None, metavar="JSON",
                         help="the tunehub contenders' backend options, e.g. "
                              "'{\"fx_graph_cache\": true}'")  # fmt: skip
+    parser.add_argument("--kernel-times", action="store_true",
+                        help="profile each compiled step's GPU kernels (their times in "
+                             "launch order, the JSON's kernel_us)")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny models")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
@@ -881,6 +939,7 @@ def main() -> int:
                     "batch": batch, "seq": seq, "dynamic": case == "dynamic",
                     "reps": args.reps, "rounds": args.rounds, "cpus": worker_cpus,
                     "tunehub_options": args.tunehub_options,
+                    "kernel_times": args.kernel_times,
                 }  # fmt: skip
                 if model != "llama":
                     spec["dims"].update(hidden=args.hidden, vocab=args.vocab)

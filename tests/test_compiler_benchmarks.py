@@ -198,6 +198,21 @@ def test_compile_models_summary_sets_the_inline_compile_beside_the_route() -> No
     assert summary["geomean_compile_over_default"] == pytest.approx(1.1)
 
 
+def test_compile_models_kernel_times_are_one_steps_in_launch_order() -> None:
+    """``--kernel-times``: the profiled steps' kernels as one step's, each position's median
+    time, in launch order; steps that launched other kernels are said so, not averaged."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import compile_models
+
+    # Three steps of (mm, add), listed out of order as a profiler may give them.
+    kernels = [("add", 15.0, 2.0), ("mm", 0.0, 10.0), ("mm", 20.0, 12.0), ("add", 5.0, 3.0),
+               ("mm", 10.0, 11.0), ("add", 25.0, 9.0)]  # fmt: skip
+    assert compile_models.kernels_per_step(kernels, 3) == [["mm", 11.0], ["add", 3.0]]
+    assert "not the same kernels" in str(compile_models.kernels_per_step(kernels[:5], 3))
+    swapped = [*kernels[:5], ("copy", 25.0, 1.0)]
+    assert "step 2 launched other kernels" in str(compile_models.kernels_per_step(swapped, 3))
+
+
 ATTENTION_SITES = r"""
 import argparse, json, sys
 import torch
