@@ -440,6 +440,49 @@ def test_lookup_returns_the_confirmed_time(client: TestClient, store: MemorySche
     assert answer["speedup_vs_baseline"] == pytest.approx(1.25)  # against the confirmed time
 
 
+def test_a_win_within_its_rounds_spread_is_a_tie_that_goes_to_the_library(
+    client: TestClient, store: MemoryScheduleStore
+) -> None:
+    """The library is the answer unless the schedule's win over it exceeds 2% and what the
+    confirmation's rounds moved by: the winner's round medians' spread, and how far the
+    library's fastest round came under its median. The schedule is 1.06x of it each time."""
+    local = local_cpu_target()
+
+    def answer(size: int, spread: float, library_rounds: tuple[float, ...] = ()) -> Any:
+        workload = Workload(m=size, n=size, k=size)
+        best = record(local, workload, {"MR": 8, "threads": 1}, 1e-3)
+        store.commit_records([best])
+        library = baseline_record(local, workload, 1, 1.06e-3)  # timed once
+        if library_rounds:  # re-timed in the confirmation's rounds
+            library = dataclasses.replace(library, result=dataclasses.replace(
+                library.result, repeat_secs=library_rounds,
+                environment={**library.result.environment, "confirmation_rounds": 3}))  # fmt: skip
+        store.commit_baseline(library)
+        store.confirm_schedule(
+            workload_key=workload.key, target_key=local.target_key, template="blis.gemm",
+            candidates={best.uid}, winner_uid=best.uid,
+            confirmation=Confirmation(1e-3, spread, 3, utc_now()),
+        )  # fmt: skip
+        params = {"m": size, "n": size, "k": size}
+        return client.get("/api/v1/schedules/best", params=params).json()
+
+    steady = answer(41, 0.01)
+    assert steady["speedup_vs_baseline"] == pytest.approx(1.06)
+    assert (steady["library_tie"], steady["baseline_faster"]) == (pytest.approx(1.02), False)
+    spread = answer(42, 0.08)  # the winner's rounds 8% apart: 1.06x is within them
+    assert (spread["library_tie"], spread["baseline_faster"]) == (pytest.approx(1.08), True)
+    # The library re-timed in rounds, its fastest 6.6% under its median: a tie again.
+    library_fast = answer(43, 0.01, (0.99e-3, 1.06e-3, 1.07e-3))
+    assert library_fast["speedup_vs_baseline"] == pytest.approx(1.06)
+    assert library_fast["library_tie"] == pytest.approx(1 + 0.07 / 1.06)
+    assert library_fast["baseline_faster"] is True
+    # A slow library round is left out by the median and by the tie.
+    library_slow = answer(44, 0.01, (1.05e-3, 1.06e-3, 1.7e-3))
+    assert library_slow["speedup_vs_baseline"] == pytest.approx(1.06)
+    assert (library_slow["library_tie"], library_slow["baseline_faster"]) == (
+        pytest.approx(1.02), False)  # fmt: skip
+
+
 def test_record_and_job_errors_show_the_reason_not_server_paths_or_tracebacks(
     client: TestClient, store: MemoryScheduleStore
 ) -> None:

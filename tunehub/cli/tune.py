@@ -106,7 +106,7 @@ def tune(
     )
     from tunehub.tuner import strategy_names as known_strategies
     from tunehub.tuner.best import best_dict, best_line
-    from tunehub.tuner.lookup import LIBRARY_TIE, config_threads
+    from tunehub.tuner.lookup import config_threads
     from tunehub.workers.local import LocalMeasurer
 
     workload = make_workload(
@@ -274,10 +274,10 @@ def tune(
     click.echo(best_line(served, workload.label, target.label))
     baseline, speedup = answer.baseline, answer.speedup_vs_baseline
     if baseline is not None and baseline.gflops is not None and speedup is not None:
-        # The lookup's rule: within LIBRARY_TIE of the library is a tie, and goes to it.
+        # The lookup's rule: a tie (within LIBRARY_TIE, or the rounds' spread) goes to it.
         verdict = (
             "tunehub is faster"
-            if speedup >= LIBRARY_TIE
+            if not answer.baseline_faster
             else "a tie: use the library"
             if speedup >= 1
             else "the library is faster: use it"

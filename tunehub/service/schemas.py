@@ -185,9 +185,15 @@ class JobBestOut(BaseModel):
     speedup_vs_baseline: float | None = Field(
         description="Library time / this schedule's time; below 1 the library is faster."
     )
+    library_tie: float | None = Field(
+        default=None,
+        description="The speedup this schedule needs to be served over the library: 1.02, or 1 "
+        "plus its confirmation rounds' spread (or the library's fastest round's margin under "
+        "its median) where larger; null without a Baseline.",
+    )
     baseline_faster: bool | None = Field(
-        description="True when the library beats it or comes within 2% (a tie): lookups then "
-        "say to prefer the library."
+        description="True when the library beats it or ties (its speedup under `library_tie`): "
+        "lookups then say to prefer the library."
     )
     source: Literal["exact", "family"] = Field(
         description="`exact`: tuned on the job's target; `family`: on another target of its "
@@ -477,9 +483,16 @@ class ScheduleOut(BaseModel):
     speedup_vs_baseline: float | None = Field(
         description="Baseline time / schedule time; below 1 the library is faster."
     )
+    library_tie: float | None = Field(
+        default=None,
+        description="The speedup this schedule needs to be served over the library: 1.02 (the "
+        "noise of two side-by-side timings), or more where its confirmation's rounds moved "
+        "more: 1 plus the spread of the winner's round medians, or plus how far the library's "
+        "fastest round (re-timed beside it) came under its median; null without a Baseline.",
+    )
     baseline_faster: bool | None = Field(
-        description="True when the vendor library beats this schedule or comes within 2% of it "
-        "(a tie, within the noise of two side-by-side timings): then prefer the library."
+        description="True when the vendor library beats this schedule or ties with it (its "
+        "speedup under `library_tie`): then prefer the library."
     )
     predicted_median_secs: float | None = Field(
         default=None, description="`predicted` only: the model's estimate of the config's time."

@@ -62,7 +62,8 @@ def best_dict(answer: LookupAnswer) -> dict[str, Any]:
         "library": library,
         "baseline_gflops": baseline.gflops if baseline is not None else None,
         "speedup_vs_baseline": speedup,
-        "baseline_faster": None if speedup is None else speedup < LIBRARY_TIE,
+        "library_tie": None if speedup is None else answer.library_tie,
+        "baseline_faster": answer.baseline_faster,
         "source": answer.source,
         "record_id": s.record_uid,
         "target_key": s.target_key,
@@ -78,6 +79,10 @@ def best_line(best: Mapping[str, Any] | None, workload_label: str, target_label:
     ...                  "template": "blis.gemm", "config": {"MR": 6, "NR": 64},
     ...                  "confirmed": True}, "matmul 256", "cpu AMD EPYC x2 [avx2]"))
     matmul 256 on cpu AMD EPYC x2: 304.9 GFLOP/s, 1.12x OpenBLAS (blis.gemm MR=6 NR=64)
+    >>> print(best_line({"gflops": 714.1, "speedup_vs_baseline": 1.069, "library": "cuBLAS",
+    ...                  "library_tie": 1.077, "template": "t", "config": {"v": 1},
+    ...                  "confirmed": True}, "mm", "H100"))
+    mm on H100: 714.1 GFLOP/s, 1.07x cuBLAS: a tie (within its rounds' 7.7% spread), use ...
     """
     where = f"{workload_label} on {target_label.split(' [')[0]}"
     if not best:
@@ -87,8 +92,10 @@ def best_line(best: Mapping[str, Any] | None, workload_label: str, target_label:
     speedup = best.get("speedup_vs_baseline")
     if speedup is not None:
         library = best.get("library") or "the library"
+        tie = best.get("library_tie") or LIBRARY_TIE
+        noise = f" (within its rounds' {tie - 1:.1%} spread)" if tie > LIBRARY_TIE else ""
         verdict = (
-            "" if speedup >= LIBRARY_TIE else ": a tie, use the library" if speedup >= 1
+            "" if speedup >= tie else f": a tie{noise}, use the library" if speedup >= 1
             else ": the library is faster, use it"
         )  # fmt: skip
         parts.append(f"{speedup:.2f}x {library}{verdict}")
