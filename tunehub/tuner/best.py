@@ -82,7 +82,7 @@ def best_line(best: Mapping[str, Any] | None, workload_label: str, target_label:
     >>> print(best_line({"gflops": 714.1, "speedup_vs_baseline": 1.069, "library": "cuBLAS",
     ...                  "library_tie": 1.077, "template": "t", "config": {"v": 1},
     ...                  "confirmed": True}, "mm", "H100"))
-    mm on H100: 714.1 GFLOP/s, 1.07x cuBLAS: a tie (within its rounds' 7.7% spread), use ...
+    mm on H100: 714.1 GFLOP/s, 1.07x cuBLAS: a tie (within the rounds' 7.7% spread), use ...
     """
     where = f"{workload_label} on {target_label.split(' [')[0]}"
     if not best:
@@ -93,7 +93,7 @@ def best_line(best: Mapping[str, Any] | None, workload_label: str, target_label:
     if speedup is not None:
         library = best.get("library") or "the library"
         tie = best.get("library_tie") or LIBRARY_TIE
-        noise = f" (within its rounds' {tie - 1:.1%} spread)" if tie > LIBRARY_TIE else ""
+        noise = f" (within the rounds' {tie - 1:.1%} spread)" if tie > LIBRARY_TIE else ""
         verdict = (
             "" if speedup >= tie else f": a tie{noise}, use the library" if speedup >= 1
             else ": the library is faster, use it"

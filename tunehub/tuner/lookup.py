@@ -29,6 +29,7 @@ from tunehub.tuner.neighbours import NeighbourIndex as NeighbourIndex
 # rounds, and on the H100 such times moved by this much between the confirmation and the
 # benchmark's rounds minutes later (1024^3: the kernel 1.5% ahead in the one, cuBLAS 1.7% in
 # the other; 256x256x65536: 0.1% and 2.3%; benchmarks/results/gpu_gemm-h100-20261125T084951.log).
+# The least tie: a confirmation whose rounds moved more ties over more (``library_tie``).
 LIBRARY_TIE = 1.02
 # A batch's untuned lookups ask whether their caller is still there this often.
 CHECK_EVERY = 32
