@@ -40,7 +40,9 @@ Inductor, and Inductor's); every compiled contender records its first call's pha
 compile (its first call) to DIR, and the code Inductor generated beside it
 (``COMPILE_MODELS_CODE=DIR``: the code alone). ``--kernel-times`` profiles the compiled steps'
 GPU kernels: each kernel's median time in launch order (``kernel_us``), so a GEMM's time inside
-the model stands beside its time measured alone.
+the model stands beside its time measured alone; the summary's plain-launch rows then add the
+kernels summed (``gpu_ms``, ``tunehub_gpu_over_default``), what the GPU did where the host
+bounds the step.
 """
 
 from __future__ import annotations
@@ -656,6 +658,10 @@ def _medians(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str,
         for field in ("launch_ms", "graph_ms", "compile_secs", "warm_compile_secs"):
             values = [r[field] for r in group if r.get(field)]
             row[field] = statistics.median(values) if values else None
+        # --kernel-times: the GPU's time in a step (its kernels summed), whatever the host's.
+        gpu = [sum(us for _, us in r["kernel_us"]) / 1e3 for r in group
+               if isinstance(r.get("kernel_us"), list)]  # fmt: skip
+        row["gpu_ms"] = statistics.median(gpu) if gpu else None
         row["repeats"] = len(group)
         out[key] = row
     return out
@@ -694,6 +700,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if "default" in ms:
                 row["tunehub_over_default"] = ms["default"] / ms["tunehub"]
                 ratios["default"].append(row["tunehub_over_default"])
+            if mode == "launch" and default and default.get("gpu_ms") and mine.get("gpu_ms"):
+                # The same steps' GPU kernels summed: what the GPU did, where plain launch
+                # is host-bound and its step time says more of the host than of the kernels.
+                row["gpu_ms"] = {"default": default["gpu_ms"], "tunehub": mine["gpu_ms"]}
+                row["tunehub_gpu_over_default"] = default["gpu_ms"] / mine["gpu_ms"]
             if "eager" in ms:
                 row["tunehub_over_eager"] = ms["eager"] / ms["tunehub"]
                 ratios["eager"].append(row["tunehub_over_eager"])
@@ -752,8 +763,8 @@ def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     for key, row in summary["rows"].items():
         parts = [f"{name} {row[name]:.3f}x" for name in
                  ("tunehub_over_best_inductor", "tunehub_kernels_over_best_inductor",
-                  "tunehub_over_default", "tunehub_over_eager", "compile_over_default",
-                  "warm_compile_over_default")
+                  "tunehub_over_default", "tunehub_gpu_over_default", "tunehub_over_eager",
+                  "compile_over_default", "warm_compile_over_default")
                  if name in row]  # fmt: skip
         print(f"{key:28s} " + ", ".join(parts))
     print(

@@ -211,6 +211,14 @@ def test_compile_models_kernel_times_are_one_steps_in_launch_order() -> None:
     assert "not the same kernels" in str(compile_models.kernels_per_step(kernels[:5], 3))
     swapped = [*kernels[:5], ("copy", 25.0, 1.0)]
     assert "step 2 launched other kernels" in str(compile_models.kernels_per_step(swapped, 3))
+    # The summary sets the steps' GPU time beside their plain-launch time (medians).
+    steps = (("default", 1000.0), ("default", 1200.0), ("tunehub", 1000.0))
+    runs = [{"model": "gpt2", "case": "b8", "contender": c, "launch_ms": 1.5,
+             "compile_secs": 5.0, "kernel_us": [["mm", us], ["add", 100.0]]}
+            for c, us in steps]  # fmt: skip
+    row = compile_models.summarize(runs)["rows"]["gpt2/b8/launch"]
+    assert row["gpu_ms"] == {"default": pytest.approx(1.2), "tunehub": pytest.approx(1.1)}
+    assert row["tunehub_gpu_over_default"] == pytest.approx(1.2 / 1.1)
 
 
 ATTENTION_SITES = r"""
