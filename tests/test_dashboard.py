@@ -430,15 +430,12 @@ def test_jobs_page_pages_when_there_are_more_jobs_than_the_limit(
     assert "disabled" in dom.by_id("jobs-next").attrs
 
 
-@needs_chromium
-def test_pages_quote_the_confirmed_winner_not_the_fastest_trial(
-    tmp_path_factory: pytest.TempPathFactory, profile: Path
-) -> None:
-    """Issue 23's job 1: its fastest trial (A) and the winner its confirmation kept (B). The
-    jobs list and the job page show B, the schedule the lookup serves, and its speedup."""
+def confirmed_job(home: Path, *, spread: float) -> tuple[Path, Any]:
+    """A database under ``home`` holding issue 23's job 1, finished: its fastest trial (A),
+    and the winner its confirmation kept (B, 1.01 ms, its rounds ``spread`` apart), 1.24x
+    the library's time."""
     from tunehub.core import Confirmation, utc_now
 
-    home = tmp_path_factory.mktemp("confirmed-home")
     url = f"sqlite:///{home / 'tunehub.db'}"
     upgrade(url)
     store = SqlScheduleStore(url)
@@ -452,11 +449,38 @@ def test_pages_quote_the_confirmed_winner_not_the_fastest_trial(
         store.confirm_schedule(
             workload_key=WORKLOAD.key, target_key=TARGET.target_key, template="blis.gemm",
             candidates={a.uid, b.uid}, winner_uid=b.uid,
-            confirmation=Confirmation(1.01e-3, 0.02, 5, utc_now(), others={a.uid: 1.03e-3}),
+            confirmation=Confirmation(1.01e-3, spread, 5, utc_now(), others={a.uid: 1.03e-3}),
         )  # fmt: skip
         store.set_job_state(job.id, JobState.SUCCEEDED)
     finally:
         store.close()
+    return home, job
+
+
+@needs_chromium
+def test_a_win_within_its_rounds_spread_shows_as_a_tie(
+    tmp_path_factory: pytest.TempPathFactory, profile: Path
+) -> None:
+    """A 1.24x win whose confirmation rounds moved 30% is a tie the lookup gives to the
+    library: the pages say so, and why."""
+    home, job = confirmed_job(tmp_path_factory.mktemp("spread-home"), spread=0.30)
+    tie = (f"{BASELINE_SECS / 1.01e-3:.2f}\u00d7 openblas 0.3.31 (a tie within the rounds' "
+           "30.0% spread: use the library)")  # fmt: skip
+    with running_server(Settings(home=home, run_jobs=False)) as base:
+        listing = dump_dom(base + "/", profile)
+        (row,) = listing.by_id("jobs-table").find_all("tr", {"data-job-id": str(job.id)})
+        assert row.find_all("td", {"class": "num speedup slower"})[0].text() == tie
+        page = dump_dom(f"{base}/jobs/{job.id}", profile)
+    assert tie in page.by_id("job-summary").text()
+
+
+@needs_chromium
+def test_pages_quote_the_confirmed_winner_not_the_fastest_trial(
+    tmp_path_factory: pytest.TempPathFactory, profile: Path
+) -> None:
+    """Issue 23's job 1: its fastest trial (A) and the winner its confirmation kept (B). The
+    jobs list and the job page show B, the schedule the lookup serves, and its speedup."""
+    home, job = confirmed_job(tmp_path_factory.mktemp("confirmed-home"), spread=0.02)
     speedup = f"{BASELINE_SECS / 1.01e-3:.2f}\u00d7 openblas 0.3.31"
     with running_server(Settings(home=home, run_jobs=False)) as base:
         listing = dump_dom(base + "/", profile)

@@ -15,13 +15,17 @@ export function bestGflops(best, { long = false } = {}) {
   return [value, " ", el("span", { class: "unconfirmed", title: UNCONFIRMED_TITLE }, text)];
 }
 
-/** "1.12× OpenBLAS 0.3.21", and below 1 or a tie, the lookup's advice. */
+/** "1.12× OpenBLAS 0.3.21", and below 1 or a tie, the lookup's advice (a tie wider than 2%:
+ * within the confirmation rounds' spread, which it names). */
 export function speedupText(best) {
   if (!best || !isNum(best.speedup_vs_baseline)) return "\u2014";
   const library = best.library || "the library";
   const ratio = `${best.speedup_vs_baseline.toFixed(2)}\u00d7 ${library}`;
   if (!best.baseline_faster) return ratio;
-  return best.speedup_vs_baseline >= 1 ? `${ratio} (a tie: use the library)` : `${ratio} (the library is faster)`;
+  if (best.speedup_vs_baseline < 1) return `${ratio} (the library is faster)`;
+  const tie = best.library_tie;
+  const spread = isNum(tie) && tie > 1.0201 ? ` within the rounds' ${((tie - 1) * 100).toFixed(1)}% spread` : "";
+  return `${ratio} (a tie${spread}: use the library)`;
 }
 
 /** The speedup cell's class: faster, slower (or a tie), or none. */
