@@ -658,13 +658,17 @@ def _medians(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str,
         for field in ("launch_ms", "graph_ms", "compile_secs", "warm_compile_secs"):
             values = [r[field] for r in group if r.get(field)]
             row[field] = statistics.median(values) if values else None
-        # --kernel-times: the GPU's time in a step (its kernels summed), whatever the host's.
-        gpu = [sum(us for _, us in r["kernel_us"]) / 1e3 for r in group
-               if isinstance(r.get("kernel_us"), list)]  # fmt: skip
+        gpu = [us / 1e3 for r in group if (us := _gpu_us(r)) is not None]
         row["gpu_ms"] = statistics.median(gpu) if gpu else None
         row["repeats"] = len(group)
         out[key] = row
     return out
+
+
+def _gpu_us(run: dict[str, Any]) -> float | None:
+    """--kernel-times: the GPU's time in a step (its kernels summed), whatever the host's."""
+    kernels = run.get("kernel_us")
+    return sum(us for _, us in kernels) if isinstance(kernels, list) else None
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -751,8 +755,8 @@ def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         print(f"{label:20s} {r['contender']:13s} {r['launch_ms']:>10.3f} {graph:>9s} "
               f"{r['compile_secs']:>10.1f} {err:>9s}  {kernels}")  # fmt: skip
     for r in runs:
-        if isinstance(r.get("kernel_us"), list):
-            total = sum(us for _, us in r["kernel_us"])
+        total = _gpu_us(r)
+        if total is not None:
             print(f"\n{r['model']}/{r['case']} {r['contender']}: GPU kernels in launch order, "
                   f"median us ({total:.1f} us in all)")  # fmt: skip
             for name, us in r["kernel_us"]:

@@ -15,8 +15,12 @@ export function bestGflops(best, { long = false } = {}) {
   return [value, " ", el("span", { class: "unconfirmed", title: UNCONFIRMED_TITLE }, text)];
 }
 
-/** "1.12× OpenBLAS 0.3.21", and below 1 or a tie, the lookup's advice (a tie wider than 2%:
- * within the confirmation rounds' spread, which it names). */
+/** The least tie the lookup makes (tunehub.tuner.lookup.LIBRARY_TIE); a wider one is the
+ * confirmation rounds' spread. */
+const LIBRARY_TIE = 1.02;
+
+/** "1.12× OpenBLAS 0.3.21", and below 1 or a tie, the lookup's advice (a tie wider than
+ * LIBRARY_TIE: within the confirmation rounds' spread, which it names). */
 export function speedupText(best) {
   if (!best || !isNum(best.speedup_vs_baseline)) return "\u2014";
   const library = best.library || "the library";
@@ -24,7 +28,8 @@ export function speedupText(best) {
   if (!best.baseline_faster) return ratio;
   if (best.speedup_vs_baseline < 1) return `${ratio} (the library is faster)`;
   const tie = best.library_tie;
-  const spread = isNum(tie) && tie > 1.0201 ? ` within the rounds' ${((tie - 1) * 100).toFixed(1)}% spread` : "";
+  const wider = isNum(tie) && tie > LIBRARY_TIE + 1e-9;
+  const spread = wider ? ` within the rounds' ${((tie - 1) * 100).toFixed(1)}% spread` : "";
   return `${ratio} (a tie${spread}: use the library)`;
 }
 
